@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Both create .venv (Python >= 3.12; pyenv/uv honour .python-version) and install refindex into it.
+
+PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev/null)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install bench fuzz clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "refindex needs Python >= 3.12 (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.12")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,nwb,dask]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/refindex demo
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,155 @@
+"""Command line: ``refindex scan|verify|info|demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from typing import Any, Sequence
+
+from .errors import RefindexError
+
+EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+
+
+def _json_arg(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().rstrip("ib").rstrip("b")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def _default_output(source: str) -> str:
+    name = source.rstrip("/").rsplit("/", 1)[-1]
+    return name + ".refs.json"
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from .api import scan
+    from .writers import write_json
+
+    stats: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    refs = scan(
+        args.source,
+        url=args.url,
+        storage_options=args.storage_options,
+        convention=args.convention,
+        inline_threshold=args.inline_threshold,
+        inline_max=args.inline_max,
+        contiguous_chunk_bytes=args.contiguous_chunk_bytes if args.contiguous_chunk_bytes is not None else "default",
+        on_unsupported=args.on_unsupported,
+        stats=stats,
+    )
+    out = args.output or _default_output(args.source)
+    write_json(refs, out)
+    elapsed = time.perf_counter() - t0
+    skipped = refs.get("refindex", {}).get("skipped", [])
+    print(f"wrote {out}: {len(refs['refs'])} keys in {elapsed:.2f} s", file=sys.stderr)
+    for s in skipped:
+        print(f"skipped {s['path']}{' @' + s['attribute'] if 'attribute' in s else ''}: {s['reason']}", file=sys.stderr)
+    if args.stats:
+        stats["total_seconds"] = round(elapsed, 4)
+        print(json.dumps(stats, indent=2))
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify
+
+    report = verify(args.source, args.refs, storage_options=args.storage_options)
+    for r in report.results:
+        if r.status != "exact" or args.verbose:
+            print(f"{r.status:16s} {r.path} {r.detail}")
+    print(report.summary())
+    return EXIT_OK if report.ok else EXIT_DIFFERENT
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .api import info
+
+    print(json.dumps(info(args.refs), indent=2))
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(args.dir)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="refindex", description="Index HDF5/NWB files for direct reading with zarr.")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("scan", help="index one HDF5 file (local path or fsspec URL)")
+    s.add_argument("source")
+    s.add_argument("-o", "--output", help="index file to write (default: <name>.refs.json here)")
+    s.add_argument("--url", help="URL the references point at (default: the source)")
+    s.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON, e.g. '{\"anon\": true}'")
+    s.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto")
+    s.add_argument("--inline-threshold", type=_size, help="inline chunks smaller than this (default 256)")
+    s.add_argument("--inline-max", type=_size, help="largest inline data per dataset (default 64M)")
+    s.add_argument("--contiguous-chunk-bytes", type=_size,
+                   help="split contiguous datasets into virtual chunks of this size (0: never; default 32M)")
+    s.add_argument("--on-unsupported", choices=["error", "skip"], default="error",
+                   help="what to do with a dataset that cannot be represented exactly")
+    s.add_argument("--stats", action="store_true", help="print requests, bytes fetched and timings as JSON")
+    s.set_defaults(func=cmd_scan)
+
+    v = sub.add_parser("verify", help="compare every dataset read through an index with h5py")
+    v.add_argument("source")
+    v.add_argument("refs")
+    v.add_argument("--storage-options", type=_json_arg)
+    v.add_argument("-v", "--verbose", action="store_true", help="list exact datasets too")
+    v.set_defaults(func=cmd_verify)
+
+    i = sub.add_parser("info", help="summarise an index")
+    i.add_argument("refs")
+    i.set_defaults(func=cmd_info)
+
+    d = sub.add_parser("demo", help="build an example NWB file, index it and read it back")
+    d.add_argument("--dir", help="folder for the example files (default: a temporary folder)")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RefindexError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"refindex: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("refindex: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # unexpected: still one clear line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"refindex: internal error: {type(e).__name__}: {e} (run with --debug for the trace)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Errors raised by refindex.
+
+Every failure a user can meet is a :class:`RefindexError` whose message names the
+file, the object inside it (when there is one) and the reason, so a batch log line
+is enough to act on.
+"""
+
+from __future__ import annotations
+
+
+class RefindexError(Exception):
+    """Base class: something could not be indexed or read faithfully."""
+
+    def __init__(self, reason: str, *, file: str | None = None, path: str | None = None):
+        self.reason = reason
+        self.file = file
+        self.path = path
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.file:
+            where.append(str(self.file))
+        if self.path:
+            where.append(self.path)
+        return f"{': '.join(where)}: {self.reason}" if where else self.reason
+
+
+class NotHDF5Error(RefindexError):
+    """The input is not an HDF5 file (bad signature, truncated or unreadable)."""
+
+
+class UnsupportedError(RefindexError):
+    """An object exists in the file but cannot be represented faithfully in the index."""
+
+
+class SourceError(RefindexError):
+    """The bytes could not be fetched (missing file, permissions, network)."""
+
+
+class VerifyError(RefindexError):
+    """Data read through the index differs from what h5py reads."""

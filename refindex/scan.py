@@ -1,0 +1,661 @@
+"""Walk an HDF5 file with h5py and build the neutral :class:`~refindex.model.Tree`.
+
+The scan reads metadata only, except where the index must carry values inline:
+variable-length data, references, compact datasets, chunks written with filters
+skipped, data behind filters no zarr codec can run, and chunks below the inline
+threshold.  Every dataset either gets an exact representation or raises
+:class:`UnsupportedError` (recorded instead when ``on_unsupported="skip"``).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import h5py
+import numpy as np
+
+from . import codecs
+from .errors import RefindexError, UnsupportedError
+from .model import ArrayNode, ChunkTable, GroupNode, LinkNode, Tree, join
+
+try:  # filter plugins so h5py can decode what must be inlined
+    import hdf5plugin  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+MiB = 1 << 20
+
+# HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
+_HIDDEN_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
+_SCALE_ATTRS = {"CLASS", "NAME"}
+
+
+@dataclass
+class ScanOptions:
+    """What the scanner may inline and how it treats what it cannot represent.
+
+    ``inline_threshold``: chunks stored in fewer bytes than this are copied into the
+    index (saves a request per tiny chunk).  ``inline_max``: most bytes any one dataset
+    may add to the index when its values must be inlined (vlen data, unsupported
+    filters); larger ones are errors.  ``contiguous_chunk_bytes``: split contiguous
+    datasets bigger than this into virtual chunks of about this size, so partial
+    reads stay small (``None`` or 0: one chunk).  ``on_unsupported``: ``"error"`` raises,
+    ``"skip"`` records the dataset and its reason in the index's metadata.
+    """
+
+    inline_threshold: int = 256
+    inline_max: int = 64 * MiB
+    contiguous_chunk_bytes: int | None = 32 * MiB
+    on_unsupported: Literal["error", "skip"] = "error"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chunk_key(coords) -> str:
+    return ".".join(str(int(c)) for c in coords) if len(coords) else "0"
+
+
+def _objkey(obj) -> tuple[int, int]:
+    info = h5py.h5o.get_info(obj.id)
+    return (info.fileno, info.addr)
+
+
+def unsafe_type(tid) -> str | None:
+    """Why h5py cannot read values of this HDF5 type safely, or None.
+
+    h5py corrupts memory when it converts variable-length sequences of region
+    references (seen with h5py 3.16 / HDF5 2.0: a second read crashes the process), so
+    such types are refused before any value is read.
+    """
+
+    def walk(t, inside_vlen: bool) -> str | None:
+        if isinstance(t, h5py.h5t.TypeReferenceID):
+            if inside_vlen and not t.equal(h5py.h5t.STD_REF_OBJ):
+                return "region references inside variable-length data (h5py cannot read them safely)"
+            return None
+        if isinstance(t, h5py.h5t.TypeVlenID) and not isinstance(t, h5py.h5t.TypeStringID):
+            return walk(t.get_super(), True)
+        if isinstance(t, h5py.h5t.TypeArrayID):
+            return walk(t.get_super(), inside_vlen)
+        if isinstance(t, h5py.h5t.TypeCompoundID):
+            for i in range(t.get_nmembers()):
+                why = walk(t.get_member_type(i), inside_vlen)
+                if why:
+                    return why
+        return None
+
+    return walk(tid, False)
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class Scanner:
+    def __init__(self, h5: h5py.File, url: str, file_size: int, options: ScanOptions, label: str | None = None,
+                 reader=None):
+        self.f = h5
+        self.reader = reader  # (url or None for the scanned file, start, length) -> bytes
+        self.url = url
+        self.file_size = file_size
+        self.opts = options
+        self.label = label or url
+        self.tree = Tree(url=url)
+        self.canonical: dict[tuple[int, int], str] = {}
+        self.object_ids: dict[str, str | None] = {}
+        self._phony: dict[str, list[tuple[str, int]]] = {}
+        self._dimids: dict[int, str] = {}
+
+    # ------------------------------------------------------------ helpers
+    def fail(self, path: str | None, reason: str, exc: type[RefindexError] = UnsupportedError) -> RefindexError:
+        return exc(reason, file=self.label, path=path)
+
+    def _children(self, g: h5py.Group, path: str) -> list[str]:
+        try:
+            return sorted(g.keys())
+        except Exception as e:
+            raise self.fail(path, f"cannot list group members: {e}", RefindexError) from e
+
+    def index_objects(self) -> None:
+        """First pass over hard links: the canonical (first, sorted depth-first) path of every object."""
+        stack = [("/", self.f)]
+        self.canonical[_objkey(self.f)] = "/"
+        while stack:
+            path, g = stack.pop()
+            kids = []
+            for name in self._children(g, path):
+                try:
+                    info = g.id.links.get_info(name.encode("utf-8"))
+                except Exception as e:
+                    raise self.fail(join(path, name), f"cannot read link: {e}", RefindexError) from e
+                if info.type != h5py.h5l.TYPE_HARD:
+                    continue
+                child = join(path, name)
+                try:
+                    obj = g[name]
+                except Exception as e:
+                    raise self.fail(child, f"cannot open object: {e}", RefindexError) from e
+                key = _objkey(obj)
+                if key in self.canonical:
+                    continue
+                self.canonical[key] = child
+                if isinstance(obj, h5py.Group):
+                    kids.append((child, obj))
+            stack.extend(reversed(kids))
+
+    def canonical_path(self, obj) -> str:
+        key = _objkey(obj)
+        return self.canonical.get(key) or obj.name
+
+    def object_id_of(self, obj) -> str | None:
+        try:
+            v = obj.attrs.get("object_id")
+        except Exception:
+            return None
+        return codecs.jsonable(v) if v is not None else None
+
+    # ------------------------------------------------------------ references
+    def ref_obj(self, ref) -> Any:
+        """A reference as a JSON object following hdmf-zarr's storage spec (plus ``region``)."""
+        if not ref:
+            return None
+        try:
+            target = self.f[ref]
+        except Exception as e:
+            return {"source": ".", "path": None, "error": f"unresolvable reference: {e}"}
+        out: dict[str, Any] = {
+            "source": ".",
+            "path": self.canonical_path(target),
+            "object_id": self.object_id_of(target),
+            "source_object_id": self.tree.root_object_id,
+        }
+        if isinstance(ref, h5py.RegionReference):
+            out["region"] = self._region(ref, target)
+        return out
+
+    def ref_json(self, ref) -> str:
+        return json.dumps(self.ref_obj(ref), allow_nan=True)
+
+    def _region(self, ref, target) -> Any:
+        space = h5py.h5r.get_region(ref, target.id)
+        sel = space.get_select_type()
+        if sel == h5py.h5s.SEL_ALL:
+            return {"all": True}
+        if sel == h5py.h5s.SEL_NONE:
+            return {"none": True}
+        if sel == h5py.h5s.SEL_POINTS:
+            return {"points": np.asarray(space.get_select_elem_pointlist()).tolist()}
+        blocks = np.asarray(space.get_select_hyper_blocklist())  # (n, 2, ndim) inclusive corners
+        slabs = [[[int(a), int(b) + 1] for a, b in zip(blk[0], blk[1])] for blk in blocks]
+        if len(slabs) == 1:
+            return {"slices": slabs[0]}
+        return {"blocks": slabs}
+
+    # ------------------------------------------------------------ attributes
+    def attrs_of(self, obj, path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        try:
+            names = sorted(obj.attrs.keys())
+        except Exception as e:
+            raise self.fail(path, f"cannot list attributes: {e}", RefindexError) from e
+        is_scale = False
+        if "CLASS" in names:
+            try:
+                is_scale = codecs.jsonable(obj.attrs["CLASS"]) == "DIMENSION_SCALE"
+            except Exception:
+                is_scale = False
+        for name in names:
+            if name in _HIDDEN_ATTRS or (is_scale and name in _SCALE_ATTRS):
+                continue
+            try:
+                why = unsafe_type(h5py.h5a.open(obj.id, name.encode("utf-8")).get_type())
+                if why:
+                    raise UnsupportedError(why)
+                value = obj.attrs[name]
+            except Exception as e:
+                reason = f"attribute {name!r} cannot be read by h5py: {e}"
+                if self.opts.on_unsupported == "skip":
+                    self.tree.skipped.append({"path": path, "attribute": name, "reason": reason})
+                    continue
+                raise self.fail(path, reason) from e
+            out[name] = self.attr_json(value)
+        return out
+
+    def attr_json(self, value) -> Any:
+        if isinstance(value, (h5py.Reference, h5py.RegionReference)):
+            return {"zarr_dtype": "object" if isinstance(value, h5py.Reference) and not isinstance(value, h5py.RegionReference) else "region",
+                    "value": self.ref_obj(value)}
+        if isinstance(value, np.ndarray) and h5py.check_ref_dtype(value.dtype) is not None:
+            return [self.attr_json(v) for v in value.reshape(-1)] if value.ndim else self.attr_json(value[()])
+        return codecs.jsonable(value, self.ref_obj)
+
+    # ------------------------------------------------------------ walk
+    def run(self) -> Tree:
+        t0 = time.perf_counter()
+        self.tree.root_object_id = self.object_id_of(self.f)
+        self.index_objects()
+        self._collect_dimids()
+        self.visit_group(self.f, "/")
+        self.tree.provenance["scan_seconds"] = round(time.perf_counter() - t0, 4)
+        return self.tree
+
+    def _collect_dimids(self) -> None:
+        """netCDF-4 dimension ids -> names (for ``_Netcdf4Coordinates``)."""
+        for key, path in self.canonical.items():
+            obj = self.f[path]
+            if isinstance(obj, h5py.Dataset) and "_Netcdf4Dimid" in obj.attrs:
+                try:
+                    self._dimids[int(np.asarray(obj.attrs["_Netcdf4Dimid"]).reshape(-1)[0])] = _basename(path)
+                except Exception:
+                    pass
+
+    def visit_group(self, g: h5py.Group, path: str) -> None:
+        self.tree.groups[path] = GroupNode(path, self.attrs_of(g, path), self.object_id_of(g))
+        for name in self._children(g, path):
+            child = join(path, name)
+            if "\\" in name:
+                # zarr reads "\\" in a key as "/": the object would vanish from the index.
+                err = self.fail(child, "names containing a backslash cannot be zarr keys")
+                if self.opts.on_unsupported == "skip":
+                    self.tree.skipped.append({"path": child, "reason": err.reason})
+                    continue
+                raise err
+            info = g.id.links.get_info(name.encode("utf-8"))
+            if info.type == h5py.h5l.TYPE_SOFT:
+                self.tree.links.append(self._soft_link(g, name, path))
+                continue
+            if info.type == h5py.h5l.TYPE_EXTERNAL:
+                link = g.get(name, getlink=True)
+                self.tree.links.append(LinkNode(name, path, "external", link.path, file=link.filename, resolved=False))
+                continue
+            if info.type != h5py.h5l.TYPE_HARD:
+                self.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
+                continue
+            obj = g[name]
+            canon = self.canonical.get(_objkey(obj))
+            if canon != child:
+                self.tree.links.append(LinkNode(name, path, "hard", canon, target_object_id=self.object_id_of(obj)))
+                continue
+            if isinstance(obj, h5py.Group):
+                self.visit_group(obj, child)
+            elif isinstance(obj, h5py.Dataset):
+                self.visit_dataset(obj, child)
+            # Committed datatypes hold no data; they are not part of the zarr view.
+
+    def _soft_link(self, g, name: str, parent: str) -> LinkNode:
+        link = g.get(name, getlink=True)
+        written = link.path
+        target = written if written.startswith("/") else posixpath.normpath(join(parent, written))
+        try:
+            obj = g[name]
+        except Exception:
+            obj = None
+        if obj is None:
+            return LinkNode(name, parent, "soft", target, resolved=False)
+        return LinkNode(name, parent, "soft", self.canonical_path(obj), target_object_id=self.object_id_of(obj))
+
+    def visit_dataset(self, d: h5py.Dataset, path: str) -> None:
+        try:
+            node = self.build_array(d, path)
+        except RefindexError as e:
+            if self.opts.on_unsupported == "skip":
+                self.tree.skipped.append({"path": path, "reason": e.reason})
+                return
+            raise
+        except Exception as e:
+            err = self.fail(path, f"{type(e).__name__}: {e}")
+            if self.opts.on_unsupported == "skip":
+                self.tree.skipped.append({"path": path, "reason": err.reason})
+                return
+            raise err from e
+        self.tree.arrays[path] = node
+
+    # ------------------------------------------------------------ datasets
+    def build_array(self, d: h5py.Dataset, path: str) -> ArrayNode:
+        dsid = d.id
+        dcpl = dsid.get_create_plist()
+        why = unsafe_type(dsid.get_type())
+        if why:
+            raise self.fail(path, why)
+        dt = d.dtype
+        try:
+            plan = codecs.plan_dtype(dt, self.ref_json)
+        except ValueError as e:
+            raise self.fail(path, str(e)) from e
+        attrs = self.attrs_of(d, path)
+        attrs.update(plan.attrs)
+        oid = attrs.get("object_id") if isinstance(attrs.get("object_id"), str) else None
+
+        if d.shape is None:  # null dataspace: no elements, not even a scalar
+            node = ArrayNode(path, (0,), (1,), plan.dtype if plan.dtype is not None else "|u1", None,
+                             attrs=attrs, kind=plan.kind, object_id=oid)
+            node.filters = [plan.object_codec] if plan.object_codec else None
+            node.attrs["refindex_null_dataspace"] = True
+            node.attrs["_ARRAY_DIMENSIONS"] = [self._phony_dim(path, 0, [])]
+            return node
+
+        shape = tuple(int(s) for s in d.shape) + plan.extra_shape
+        node = ArrayNode(path, shape, shape, plan.dtype, None, attrs=attrs, kind=plan.kind,
+                         scalar=(d.shape == ()), object_id=oid)
+        node.attrs["_ARRAY_DIMENSIONS"] = self._dims(d, path, len(plan.extra_shape))
+
+        if d.is_virtual:
+            return self._inline_decoded(d, node, plan, "virtual dataset (data gathered from its source files)")
+        if dcpl.get_external_count() > 0:
+            return self._external(d, node, plan, dcpl)
+        if not plan.raw:
+            return self._inline_converted(d, node, plan)
+
+        nd = plan.numpy_dtype if plan.numpy_dtype is not None else dt
+        node.fill_value = codecs.fill_value_json(self._fillvalue(d, nd), nd)
+        layout = dcpl.get_layout()
+        if layout == h5py.h5d.COMPACT:
+            node.chunks = tuple(max(1, s) for s in shape)
+            if d.size:
+                data = np.ascontiguousarray(d[()])
+                node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
+            return node
+        if layout == h5py.h5d.CONTIGUOUS:
+            return self._contiguous(d, node, nd)
+        if layout == h5py.h5d.CHUNKED:
+            return self._chunked(d, node, plan, nd, dcpl)
+        raise self.fail(path, f"unknown storage layout {layout}")
+
+    def _fillvalue(self, d: h5py.Dataset, nd: np.dtype):
+        try:
+            fv = d.fillvalue
+        except Exception:
+            return np.zeros((), nd)[()]
+        return fv
+
+    def _dims(self, d: h5py.Dataset, path: str, extra: int) -> list[str]:
+        ndim = len(d.shape)
+        names: list[str | None] = [None] * ndim
+        try:
+            if ndim and h5py.h5ds.is_scale(d.id):
+                names[0] = _basename(path)
+            elif ndim and "DIMENSION_LIST" in d.attrs:
+                for i in range(ndim):
+                    try:
+                        dim = d.dims[i]
+                        if len(dim):
+                            names[i] = _basename(self.canonical_path(dim[0]))
+                    except Exception:
+                        pass
+        except Exception:
+            pass
+        if "_Netcdf4Coordinates" in d.attrs and ndim:
+            try:
+                ids = np.asarray(d.attrs["_Netcdf4Coordinates"]).reshape(-1)
+                for i, dimid in enumerate(ids[:ndim]):
+                    if names[i] is None and int(dimid) in self._dimids:
+                        names[i] = self._dimids[int(dimid)]
+            except Exception:
+                pass
+        used: list[str] = [n for n in names if n]
+        out = []
+        shape = list(d.shape) + [0] * extra
+        for i in range(ndim + extra):
+            if i < ndim and names[i]:
+                out.append(names[i])
+            else:
+                out.append(self._phony_dim(path, shape[i] if i < ndim else -1 - i, used))
+            used.append(out[-1])
+        return out
+
+    def _phony_dim(self, path: str, size: int, used: list[str]) -> str:
+        group = posixpath.dirname(path) or "/"
+        dims = self._phony.setdefault(group, [])
+        for name, s in dims:
+            if s == size and name not in used:
+                return name
+        name = f"phony_dim_{len(dims)}"
+        dims.append((name, size))
+        return name
+
+    # -- contiguous
+    def _contiguous(self, d: h5py.Dataset, node: ArrayNode, nd: np.dtype) -> ArrayNode:
+        dsid = d.id
+        # Unwritten storage: get_offset() is None, or userblock-1 when there is a user block.
+        offset = dsid.get_offset() if dsid.get_storage_size() else None
+        itemsize = nd.itemsize
+        shape = node.shape
+        nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+        node.chunks = tuple(max(1, s) for s in shape)
+        if offset is None or nbytes == 0:
+            return node  # never written: every element is the fill value
+        stored = dsid.get_storage_size()
+        if stored < nbytes:
+            raise self.fail(node.path, f"contiguous storage holds {stored} bytes, expected {nbytes}")
+        self._split_contiguous(node, self.url, int(offset), nbytes, itemsize, None)
+        return node
+
+    def _split_contiguous(self, node: ArrayNode, url: str | None, offset: int, nbytes: int, itemsize: int,
+                          file_size: int | None) -> None:
+        """Reference contiguous bytes, as virtual C-order chunks when they are large."""
+        shape = node.shape
+        target = self.opts.contiguous_chunk_bytes or 0
+        chunks = list(max(1, s) for s in shape)
+        if target and nbytes > target and shape:
+            inner = itemsize
+            axis = len(shape) - 1
+            for axis in range(len(shape) - 1, -1, -1):
+                if inner * shape[axis] > target:
+                    break
+                inner *= shape[axis]
+            chunks = [1] * axis + [max(1, target // inner)] + list(shape[axis + 1 :])
+            chunks[axis] = min(chunks[axis], shape[axis])
+        node.chunks = tuple(chunks)
+        grid = [-(-s // c) for s, c in zip(shape, chunks)] or []
+        strides = [int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape))]
+        chunk_bytes = int(np.prod(chunks, dtype=np.int64)) * itemsize
+        if shape:
+            idx = np.indices(grid).reshape(len(shape), -1).T.astype(np.int64)
+            elem = (idx * np.asarray(chunks, np.int64) * np.asarray(strides, np.int64)).sum(axis=1)
+        else:
+            idx = np.zeros((1, 0), np.int64)
+            elem = np.zeros(1, np.int64)
+        offsets = (offset + elem * itemsize).astype(np.uint64)
+        sizes = np.full(len(offsets), chunk_bytes, dtype=np.uint64)
+        end = offset + nbytes
+        limit = file_size if file_size is not None else self.file_size
+        over = offsets + sizes > np.uint64(limit)
+        table = ChunkTable(idx, offsets, sizes, url)
+        if over.any():
+            # The last chunk runs past the end of the file: store it inline, padded.
+            for i in np.nonzero(over)[0]:
+                start = int(offsets[i])
+                raw = self._read_file(url, start, min(end, limit) - start)
+                node.inline[chunk_key(idx[i])] = raw + b"\0" * (chunk_bytes - len(raw))
+            table = table.take(~over)
+        node.refs = table
+
+    def _read_file(self, url: str | None, start: int, length: int) -> bytes:
+        return self.reader(None if url in (None, self.url) else url, start, length)
+
+    # -- chunked
+    def _chunked(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, nd: np.dtype, dcpl) -> ArrayNode:
+        dsid = d.id
+        chunks = tuple(int(c) for c in dcpl.get_chunk()) + plan.extra_shape
+        node.chunks = chunks
+        itemsize = nd.itemsize
+        chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * itemsize
+        flist = codecs.filter_list(dcpl)
+        try:
+            node.filters, node.compressor = codecs.pipeline(flist, itemsize, chunk_nbytes)
+        except codecs.NoCodec as e:
+            return self._inline_decoded(d, node, plan, str(e))
+        table, masks = self._chunk_table(d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape)
+        odd = masks != 0
+        small = table.sizes < np.uint64(self.opts.inline_threshold)
+        if odd.any():
+            # Chunks written with some filters skipped: decode them with h5py and store
+            # them inline encoded with the array's full pipeline.
+            for i in np.nonzero(odd)[0]:
+                key = table.coords[i]
+                node.inline[chunk_key(key)] = self._reencode_chunk(d, node, key, nd)
+        for i in np.nonzero(small & ~odd)[0]:
+            coord = table.coords[i]
+            origin = tuple(int(c) * s for c, s in zip(coord[: len(d.shape)], chunks))
+            _mask, raw = dsid.read_direct_chunk(origin)
+            node.inline[chunk_key(coord)] = bytes(raw)
+        node.refs = table.take(~(odd | small))
+        return node
+
+    def _chunk_table(self, d: h5py.Dataset, ndim: int, chunks, extra) -> tuple[ChunkTable, np.ndarray]:
+        dsid = d.id
+        coords: list = []
+        offsets: list = []
+        sizes: list = []
+        masks: list = []
+
+        def cb(info):
+            coords.append(info.chunk_offset)
+            offsets.append(info.byte_offset)
+            sizes.append(info.size)
+            masks.append(info.filter_mask)
+
+        dsid.chunk_iter(cb)
+        n = len(offsets)
+        c = np.asarray(coords, dtype=np.int64).reshape(n, ndim)
+        c //= np.asarray(chunks[:ndim], dtype=np.int64)
+        if extra:
+            c = np.concatenate([c, np.zeros((n, len(extra)), np.int64)], axis=1)
+        table = ChunkTable(c, np.asarray(offsets, np.uint64), np.asarray(sizes, np.uint64), None)
+        return table, np.asarray(masks, np.uint32)
+
+    def _reencode_chunk(self, d: h5py.Dataset, node: ArrayNode, coord, nd: np.dtype) -> bytes:
+        ndim = len(d.shape)
+        sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
+        data = d[sel]
+        full = np.full(node.chunks, self._fillvalue(d, nd), dtype=nd) if nd.names is None else np.zeros(node.chunks, nd)
+        full[tuple(slice(0, s.stop - s.start) for s in sel)] = data
+        return codecs.encode_chunk(full, node.filters, node.compressor)
+
+    # -- values that must be inlined
+    def _check_inline_size(self, node: ArrayNode, nbytes: int, why: str) -> None:
+        if nbytes > self.opts.inline_max:
+            raise self.fail(
+                node.path,
+                f"{why}; its {nbytes} bytes exceed the inline limit of {self.opts.inline_max} "
+                "(raise inline_max / --inline-max to index it inline)",
+            )
+
+    def _read_all(self, d: h5py.Dataset, node: ArrayNode, why: str | None = None) -> np.ndarray:
+        try:
+            return np.asarray(d[...])
+        except Exception as e:
+            prefix = f"{why}, and " if why else ""
+            raise self.fail(node.path, f"{prefix}h5py cannot read the values either: {e}") from e
+
+    def _inline_decoded(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, why: str) -> ArrayNode:
+        """Values read by h5py (decoded) stored inline, zlib-compressed."""
+        if not plan.raw:
+            return self._inline_converted(d, node, plan, why)
+        nd = plan.numpy_dtype if plan.numpy_dtype is not None else d.dtype
+        self._check_inline_size(node, int(np.prod(node.shape, dtype=np.int64)) * nd.itemsize, why)
+        data = self._read_all(d, node, why)
+        nd = codecs.packed_dtype(nd)
+        data = np.ascontiguousarray(data, dtype=nd).reshape(node.shape)
+        node.dtype = codecs._descr(nd)
+        node.fill_value = codecs.fill_value_json(self._fillvalue(d, nd), nd)
+        node.filters, node.compressor = None, {"id": "zlib", "level": 1}
+        node.attrs["refindex_inlined"] = why
+        self._store_inline(node, data)
+        return node
+
+    def _inline_converted(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, why: str | None = None) -> ArrayNode:
+        data = self._read_all(d, node, why)
+        conv = plan.convert(data)
+        if plan.object_codec is not None:
+            est = sum(len(v) if isinstance(v, (str, bytes)) else getattr(v, "nbytes", 8) for v in conv.reshape(-1))
+        else:
+            est = conv.nbytes
+        self._check_inline_size(node, est, why or "variable-length values must be stored inline")
+        if plan.object_codec is not None and plan.object_codec["id"] == "vlen-utf8":
+            node.dtype = "|O"
+            node.filters = [dict(plan.object_codec)]
+            node.fill_value = None
+        elif plan.object_codec is not None:
+            node.dtype = "|O"
+            node.filters = [dict(plan.object_codec)]
+            node.fill_value = None
+        else:
+            node.dtype = codecs._descr(conv.dtype)
+            node.fill_value = codecs.fill_value_json(np.zeros((), conv.dtype)[()], conv.dtype)
+            node.filters = None
+        node.compressor = {"id": "zlib", "level": 1}
+        if why:
+            node.attrs["refindex_inlined"] = why
+        self._store_inline(node, conv.reshape(node.shape))
+        return node
+
+    def _store_inline(self, node: ArrayNode, data: np.ndarray, target: int = 4 * MiB) -> None:
+        """Split ``data`` into row chunks of about ``target`` bytes, encode and keep them."""
+        shape = node.shape
+        if not shape:
+            node.chunks = ()
+            node.inline["0"] = self._encode(node, data.reshape(()))
+            return
+        if data.size == 0:
+            node.chunks = tuple(max(1, s) for s in shape)
+            return
+        row = max(1, data[0:1].nbytes if data.dtype != object else 64 * int(np.prod(shape[1:], dtype=np.int64)))
+        rows = max(1, min(shape[0], target // row))
+        node.chunks = (rows,) + tuple(max(1, s) for s in shape[1:])
+        rest = (0,) * (len(shape) - 1)
+        for i, start in enumerate(range(0, shape[0], rows)):
+            block = data[start : start + rows]
+            if block.shape[0] < rows:  # zarr chunks are full size; pad the edge chunk
+                pad = np.empty((rows - block.shape[0],) + block.shape[1:], dtype=block.dtype)
+                if block.dtype == object:
+                    pad[...] = "" if node.filters and node.filters[0]["id"] == "vlen-utf8" else (
+                        b"" if node.filters and node.filters[0]["id"] == "vlen-bytes" else np.zeros(0, dtype=block.dtype))
+                    if node.filters and node.filters[0]["id"] == "vlen-array":
+                        for j in np.ndindex(pad.shape):
+                            pad[j] = np.zeros(0, dtype=node.filters[0]["dtype"])
+                else:
+                    pad[...] = np.zeros((), block.dtype)
+                block = np.concatenate([block, pad])
+            node.inline[chunk_key((i,) + rest)] = self._encode(node, block)
+
+    def _encode(self, node: ArrayNode, block: np.ndarray) -> bytes:
+        return codecs.encode_chunk(block, node.filters, node.compressor)
+
+    # -- external raw storage
+    def _external(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, dcpl) -> ArrayNode:
+        """Contiguous data kept in other files (H5Pset_external)."""
+        if not plan.raw:
+            raise self.fail(node.path, "external storage of non-fixed-size data")
+        nd = plan.numpy_dtype if plan.numpy_dtype is not None else d.dtype
+        node.fill_value = codecs.fill_value_json(self._fillvalue(d, nd), nd)
+        nbytes = int(np.prod(node.shape, dtype=np.int64)) * nd.itemsize
+        segments = [dcpl.get_external(i) for i in range(dcpl.get_external_count())]
+        base = posixpath.dirname(self.url) if "://" in self.url else __import__("os").path.dirname(self.url)
+        name, offset, size = segments[0]
+        name = name.decode("utf-8") if isinstance(name, bytes) else name
+        if len(segments) == 1 or size >= nbytes:
+            url = name if name.startswith("/") or "://" in name else posixpath.join(base, name)
+            file_size = self._external_size(url, node)
+            if file_size - offset < nbytes:
+                return self._inline_decoded(d, node, plan, "external raw storage file is shorter than the data")
+            self._split_contiguous(node, url, int(offset), nbytes, nd.itemsize, file_size)
+            node.attrs["refindex_external_storage"] = name
+            return node
+        return self._inline_decoded(d, node, plan, "external raw storage spread over several files")
+
+    def _external_size(self, url: str, node: ArrayNode) -> int:
+        import fsspec
+
+        try:
+            fs, p = fsspec.core.url_to_fs(url)
+            return int(fs.size(p))
+        except FileNotFoundError as e:
+            raise self.fail(node.path, f"external raw storage file {url} is missing", RefindexError) from e
+
+

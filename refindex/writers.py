@@ -1,0 +1,155 @@
+"""Serialise a Tree as a ReferenceFileSystem (version 1).
+
+The zarr v2 metadata documents are written directly from the node model (the format
+is small and frozen), never through zarr's write API.  Output is deterministic: keys
+sorted, the same file gives the same bytes.  Files are written to a temporary name
+in the destination folder and renamed, so a failed write never leaves a partial
+index behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import tempfile
+from typing import Any, Iterator
+
+import numpy as np
+import ujson
+
+from .model import ArrayNode, Tree, key_of
+from .scan import chunk_key
+
+FORMAT_VERSION = 1
+
+
+def _meta(obj: dict[str, Any]) -> str:
+    # Python's json: NaN/Infinity literals in attributes are what zarr's reader accepts.
+    return json.dumps(obj, allow_nan=True, sort_keys=True, ensure_ascii=False)
+
+
+def zarray(node: ArrayNode) -> dict[str, Any]:
+    return {
+        "chunks": list(node.chunks),
+        "compressor": node.compressor,
+        "dtype": node.dtype,
+        "fill_value": node.fill_value,
+        "filters": node.filters,
+        "order": "C",
+        "shape": list(node.shape),
+        "zarr_format": 2,
+    }
+
+
+def _prefix(path: str) -> str:
+    k = key_of(path)
+    return k + "/" if k else ""
+
+
+def metadata_items(tree: Tree) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, document) for every .zgroup/.zattrs/.zarray, in sorted order."""
+    items: list[tuple[str, dict[str, Any]]] = []
+    for path, g in tree.groups.items():
+        p = _prefix(path)
+        items.append((p + ".zgroup", {"zarr_format": 2}))
+        if g.attrs:
+            items.append((p + ".zattrs", g.attrs))
+    for path, a in tree.arrays.items():
+        p = _prefix(path)
+        items.append((p + ".zarray", zarray(a)))
+        if a.attrs:
+            items.append((p + ".zattrs", a.attrs))
+    items.sort(key=lambda kv: kv[0])
+    return iter(items)
+
+
+def url_templates(tree: Tree) -> dict[str, str]:
+    """Short names for every file the chunks point into: "u" for the scanned file."""
+    urls = {tree.url}
+    for a in tree.arrays.values():
+        if a.refs is not None and a.refs.url:
+            urls.add(a.refs.url)
+    out = {"u": tree.url}
+    for i, u in enumerate(sorted(urls - {tree.url})):
+        out[f"u{i + 1}"] = u
+    return out
+
+
+def chunk_refs(tree: Tree, templates: dict[str, str]) -> Iterator[tuple[str, Any]]:
+    """(key, value) for every chunk: inline "base64:..." text or [url, offset, size]."""
+    by_url = {v: "{{" + k + "}}" for k, v in templates.items()}
+    for path in sorted(tree.arrays):
+        a = tree.arrays[path]
+        p = _prefix(path)
+        for key, data in a.inline.items():
+            yield p + key, "base64:" + base64.standard_b64encode(data).decode("ascii")
+        t = a.refs
+        if t is None or not len(t):
+            continue
+        url = by_url[t.url or tree.url]
+        offs = t.offsets.tolist()
+        sizes = t.sizes.tolist()
+        for coord, off, size in zip(_keys(t.coords), offs, sizes):
+            yield p + coord, [url, off, size]
+
+
+def _keys(coords: np.ndarray) -> list[str]:
+    """Chunk keys "i.j.k" for an (n, ndim) coordinate array, built column-wise."""
+    n, ndim = coords.shape
+    if ndim == 0:
+        return ["0"] * n
+    cols = [coords[:, i].astype(str) for i in range(ndim)]
+    out = cols[0].astype(object)
+    for c in cols[1:]:
+        out = out + "." + c.astype(object)
+    return out.tolist()
+
+
+def consolidated(meta: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"metadata": meta, "zarr_consolidated_format": 1}
+
+
+def to_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
+    """The RFS dict of ``tree``; metadata values are JSON strings as the format requires."""
+    templates = url_templates(tree)
+    refs: dict[str, Any] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for key, doc in metadata_items(tree):
+        refs[key] = _meta(doc)
+        meta[key] = doc
+    if consolidate:
+        refs[".zmetadata"] = _meta(consolidated(meta))
+    for key, value in chunk_refs(tree, templates):
+        refs[key] = value
+    out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": templates, "refs": dict(sorted(refs.items()))}
+    out["refindex"] = tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {})
+    return out
+
+
+def dumps(refs: dict[str, Any]) -> str:
+    return ujson.dumps(refs, escape_forward_slashes=False, ensure_ascii=False)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".refindex-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(refs: dict[str, Any], path: str | os.PathLike) -> None:
+    atomic_write_bytes(path, dumps(refs).encode("utf-8"))

@@ -1,0 +1,128 @@
+"""Shared helpers for refindex tests.
+
+The consumer path is implemented here with plain fsspec + zarr, never through
+refindex's own reader: what a user with only zarr (and refindex's numcodecs entry
+points) installed would do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import fsspec
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+import refindex
+
+
+def consumer_open(refs: dict[str, Any]) -> zarr.Group:
+    """Open an index the way a zarr user would: async ReferenceFileSystem + FsspecStore."""
+    fs = fsspec.filesystem("reference", fo=refs, asynchronous=True)
+    return zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=2)
+
+
+def json_roundtrip(refs: dict[str, Any]) -> dict[str, Any]:
+    """What a consumer gets after the index went through a JSON file."""
+    return json.loads(json.dumps(refs, allow_nan=True))
+
+
+def scan(path, **kw) -> dict[str, Any]:
+    """refindex.scan, then a JSON round trip (the index must be plain JSON)."""
+    return json_roundtrip(refindex.scan(str(path), **kw))
+
+
+def scan_open(path, **kw) -> tuple[dict[str, Any], zarr.Group]:
+    refs = scan(path, **kw)
+    return refs, consumer_open(refs)
+
+
+def zvalues(z) -> np.ndarray:
+    """All values of a zarr array as numpy; vlen-utf8 (StringDType) as an object array of str."""
+    v = np.asarray(z[...])
+    if v.dtype.kind == "T":
+        v = v.astype(object)
+    return v
+
+
+def zattrs(z) -> dict[str, Any]:
+    return dict(z.attrs)
+
+
+def assert_same_values(h: np.ndarray, z: np.ndarray) -> None:
+    """Exact equality of h5py values ``h`` and zarr values ``z`` (NaNs equal, byte exact)."""
+    h = np.asarray(h)
+    z = np.asarray(z)
+    assert z.shape == h.shape, f"shape {z.shape} != {h.shape}"
+    if h.dtype.names is not None:
+        assert z.dtype.names is not None, f"zarr dtype {z.dtype} is not structured"
+        for name in h.dtype.names:
+            assert name in z.dtype.names, f"field {name!r} missing from {z.dtype}"
+            hf = h[name]
+            zf = z[name]
+            sub = h.dtype.fields[name][0]
+            if sub.subdtype is not None and zf.dtype.names is not None:
+                # array member -> nested record with fields "0", "1", ...
+                n = int(np.prod(sub.subdtype[1]))
+                assert list(zf.dtype.names) == [str(i) for i in range(n)], zf.dtype
+                zf = np.stack([zf[str(i)] for i in range(n)], axis=-1).reshape(hf.shape)
+            assert_same_values(hf, zf)
+        return
+    if h.dtype.kind in "fc":
+        assert z.dtype.kind == h.dtype.kind and z.dtype.itemsize == h.dtype.itemsize, (z.dtype, h.dtype)
+        np.testing.assert_array_equal(z, h)  # NaN == NaN here
+        # byte-exact too (signed zeros, NaN payloads)
+        assert z.astype(h.dtype.newbyteorder("=")).tobytes() == h.astype(h.dtype.newbyteorder("=")).tobytes()
+        return
+    if h.dtype.kind in "iub":
+        assert z.dtype.kind == h.dtype.kind and z.dtype.itemsize == h.dtype.itemsize, (z.dtype, h.dtype)
+        np.testing.assert_array_equal(z, h)
+        return
+    if h.dtype.kind in "SV":
+        assert z.dtype == h.dtype, (z.dtype, h.dtype)
+        assert z.tobytes() == h.tobytes()
+        return
+    if h.dtype.kind == "O":
+        assert z.dtype.kind in "OTU", z.dtype
+        hl = [v.decode("utf-8") if isinstance(v, bytes) else v for v in h.reshape(-1)]
+        zl = [str(v) for v in z.reshape(-1)]
+        assert zl == hl
+        return
+    raise AssertionError(f"no comparison for dtype {h.dtype}")
+
+
+def resolve_url(refs: dict[str, Any], url: str) -> str:
+    for name, value in (refs.get("templates") or {}).items():
+        url = url.replace("{{" + name + "}}", value)
+    return url
+
+
+def assert_chunk_referenced(refs, key: str, url: str, offset: int, size: int) -> None:
+    """``key`` is a reference [url, offset, size] into ``url`` (data not copied)."""
+    value = refs["refs"].get(key)
+    assert isinstance(value, list), f"{key} is not a reference: {str(value)[:80]!r}"
+    assert len(value) == 3, value
+    assert resolve_url(refs, value[0]) == str(url)
+    assert (value[1], value[2]) == (offset, size), f"{key}: {value[1:]} != {(offset, size)}"
+
+
+def assert_chunks_referenced(refs, prefix: str, d: h5py.Dataset, url) -> int:
+    """Every allocated chunk of chunked dataset ``d`` is referenced at its HDF5 byte range."""
+    chunks = d.chunks
+    n = 0
+    for i in range(d.id.get_num_chunks()):
+        info = d.id.get_chunk_info(i)
+        key = ".".join(str(o // c) for o, c in zip(info.chunk_offset, chunks))
+        assert info.filter_mask == 0
+        assert_chunk_referenced(refs, f"{prefix}/{key}", url, info.byte_offset, info.size)
+        n += 1
+    assert n > 0
+    return n
+
+
+@pytest.fixture
+def h5path(tmp_path):
+    return tmp_path / "data.h5"
