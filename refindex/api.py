@@ -59,9 +59,11 @@ def scan(
                 "options": opts.as_dict(),
             }
         )
+        # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
+        seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
             stats.update(src.stats.as_dict())
-            stats["scan_seconds"] = tree.provenance.get("scan_seconds")
+            stats["scan_seconds"] = seconds
     return writers.to_refs(tree)
 
 

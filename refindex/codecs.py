@@ -142,9 +142,9 @@ def register_codecs() -> None:
         return
     import numcodecs
 
-    from .h5codecs import H5Bitshuffle, H5Lz4, H5Lzf, H5Szip
+    from .h5codecs import H5Bitshuffle, H5Lz4, H5Lzf, H5StrPad, H5Szip
 
-    for cls in (H5Lzf, H5Lz4, H5Bitshuffle, H5Szip):
+    for cls in (H5Lzf, H5Lz4, H5Bitshuffle, H5Szip, H5StrPad):
         numcodecs.register_codec(cls)
     _registered = True
 
@@ -154,6 +154,35 @@ def encode_chunk(data: np.ndarray, filters: list[dict] | None, compressor: dict 
     for codec in codec_pipeline(filters, compressor):
         buf = codec.encode(buf)
     return bytes(buf) if not isinstance(buf, bytes) else buf
+
+
+def string_padding(tid) -> dict | None:
+    """A ``refindex_h5strpad`` filter for types holding fixed strings h5py normalises.
+
+    Only NULL-terminated strings longer than one byte and space-padded strings are
+    affected; NULL-padded strings are read as stored.
+    """
+    fields: list[list[int]] = []
+
+    def walk(t, base: int) -> None:
+        if isinstance(t, h5py.h5t.TypeStringID) and not t.is_variable_str():
+            pad = t.get_strpad()
+            size = t.get_size()
+            if (pad == h5py.h5t.STR_NULLTERM and size > 1) or pad == h5py.h5t.STR_SPACEPAD:
+                fields.append([base, size, 0 if pad == h5py.h5t.STR_NULLTERM else 2])
+        elif isinstance(t, h5py.h5t.TypeCompoundID):
+            for i in range(t.get_nmembers()):
+                walk(t.get_member_type(i), base + t.get_member_offset(i))
+        elif isinstance(t, h5py.h5t.TypeArrayID):
+            sup = t.get_super()
+            n = int(np.prod(t.get_array_dims()))
+            for i in range(n):
+                walk(sup, base + i * sup.get_size())
+
+    walk(tid, 0)
+    if not fields:
+        return None
+    return {"id": "refindex_h5strpad", "itemsize": tid.get_size(), "fields": fields}
 
 
 # ---------------------------------------------------------------- dtypes

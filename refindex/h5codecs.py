@@ -43,7 +43,10 @@ class H5Lzf(Codec):
     def encode(self, buf):
         import imagecodecs
 
-        return imagecodecs.lzf_encode(ensure_bytes(buf), header=False)
+        data = ensure_bytes(buf)
+        comp = imagecodecs.lzf_encode(data, header=False)
+        # decode() reads a chunk of exactly ``size`` bytes as raw: never emit such a stream.
+        return data if len(comp) >= len(data) else comp
 
 
 class H5Lz4(Codec):
@@ -190,5 +193,48 @@ class H5Szip(Codec):
         )
         return _out(bytes(raw), out)
 
-    def encode(self, buf):  # pragma: no cover - indexes are read-only
-        raise NotImplementedError("refindex only decodes HDF5 szip chunks")
+    def encode(self, buf):
+        # Needed to re-encode chunks HDF5 stored with szip skipped (filter_mask != 0):
+        # szip is an optional filter and libhdf5 stores a chunk raw when it does not shrink.
+        import imagecodecs
+
+        return bytes(imagecodecs.szip_encode(
+            ensure_bytes(buf),
+            options_mask=self.options_mask,
+            pixels_per_block=self.pixels_per_block,
+            bits_per_pixel=self.bits_per_pixel,
+            pixels_per_scanline=self.pixels_per_scanline,
+            header=True,
+        ))
+
+
+class H5StrPad(Codec):
+    """What libhdf5 does to fixed-length strings on read, applied to the stored bytes.
+
+    HDF5 strings are NULL-terminated, NULL-padded or space-padded.  h5py reads them as
+    NULL-padded, so libhdf5 clears whatever follows the terminator (writers often leave
+    garbage there) and turns trailing pad spaces into NULs.  ``fields`` lists
+    ``[offset, size, pad]`` of every such string inside one element of ``itemsize``
+    bytes (pad 0: NULL-terminated, 2: space-padded).
+    """
+
+    codec_id = "refindex_h5strpad"
+
+    def __init__(self, itemsize: int, fields: list):
+        self.itemsize = int(itemsize)
+        self.fields = [[int(o), int(s), int(p)] for o, s, p in fields]
+
+    def decode(self, buf, out=None):
+        raw = np.frombuffer(ensure_bytes(buf), dtype="u1").copy()
+        rows = raw.reshape(-1, self.itemsize)
+        for off, size, pad in self.fields:
+            seg = rows[:, off : off + size]
+            if pad == 0:
+                seg[np.cumsum(seg == 0, axis=1) > 0] = 0
+            elif pad == 2:
+                trailing = np.flip(np.cumprod(np.flip(seg == 0x20, axis=1), axis=1), axis=1).astype(bool)
+                seg[trailing] = 0
+        return _out(raw.tobytes(), out)
+
+    def encode(self, buf):
+        return ensure_bytes(buf)

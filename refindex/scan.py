@@ -92,6 +92,19 @@ def unsafe_type(tid) -> str | None:
     return walk(tid, False)
 
 
+_NC_DIMENSION_ONLY = "This is a netCDF dimension but not a netCDF variable"
+
+
+def _netcdf_dimension_only(d: h5py.Dataset) -> bool:
+    """The placeholder scale netCDF-4 writes for a dimension that has no coordinate variable."""
+    try:
+        if "NAME" not in d.attrs or not h5py.h5ds.is_scale(d.id) or d.id.get_storage_size():
+            return False  # only never-written placeholders: anything with stored bytes is kept
+        return str(codecs.jsonable(d.attrs["NAME"])).startswith(_NC_DIMENSION_ONLY)
+    except Exception:
+        return False
+
+
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -283,6 +296,12 @@ class Scanner:
                 continue
             if isinstance(obj, h5py.Group):
                 self.visit_group(obj, child)
+            elif isinstance(obj, h5py.Dataset) and _netcdf_dimension_only(obj):
+                # A netCDF-4 dimension without a variable is a placeholder scale with no data;
+                # as an array, xarray would show it as a bogus coordinate.  The dimension
+                # survives as a name in _ARRAY_DIMENSIONS of the arrays that use it.
+                self.tree.provenance.setdefault("omitted", []).append(
+                    {"path": child, "reason": "netCDF dimension without a variable (holds no data)"})
             elif isinstance(obj, h5py.Dataset):
                 self.visit_dataset(obj, child)
             # Committed datatypes hold no data; they are not part of the zarr view.
@@ -360,10 +379,14 @@ class Scanner:
                 data = np.ascontiguousarray(d[()])
                 node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
             return node
+        strpad = codecs.string_padding(dsid.get_type())
         if layout == h5py.h5d.CONTIGUOUS:
-            return self._contiguous(d, node, nd)
+            node = self._contiguous(d, node, nd)
+            if strpad:
+                node.filters = [strpad]
+            return node
         if layout == h5py.h5d.CHUNKED:
-            return self._chunked(d, node, plan, nd, dcpl)
+            return self._chunked(d, node, plan, nd, dcpl, strpad)
         raise self.fail(path, f"unknown storage layout {layout}")
 
     def _fillvalue(self, d: h5py.Dataset, nd: np.dtype):
@@ -479,7 +502,8 @@ class Scanner:
         return self.reader(None if url in (None, self.url) else url, start, length)
 
     # -- chunked
-    def _chunked(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, nd: np.dtype, dcpl) -> ArrayNode:
+    def _chunked(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, nd: np.dtype, dcpl,
+                 strpad: dict | None = None) -> ArrayNode:
         dsid = d.id
         chunks = tuple(int(c) for c in dcpl.get_chunk()) + plan.extra_shape
         node.chunks = chunks
@@ -490,15 +514,32 @@ class Scanner:
             node.filters, node.compressor = codecs.pipeline(flist, itemsize, chunk_nbytes)
         except codecs.NoCodec as e:
             return self._inline_decoded(d, node, plan, str(e))
+        if strpad:  # applied last when reading: after every HDF5 filter is undone
+            node.filters = [strpad] + (node.filters or [])
         table, masks = self._chunk_table(d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape)
+        # Chunks left beyond the current extent (a dataset shrunk after writing) hold no elements.
+        grid = np.asarray([-(-n // c) for n, c in zip(node.shape, chunks)], dtype=np.int64)
+        inside = (table.coords < grid).all(axis=1) if len(table) else np.zeros(0, bool)
+        if not inside.all():
+            # libhdf5 reports chunk positions outside the extent: its chunk index and its
+            # read path disagree (seen with extensible-array indexes from older writers),
+            # so only values read through libhdf5 are trustworthy.
+            return self._inline_decoded(d, node, plan, "chunk index lists chunks outside the dataset extent")
+        odd_edges = self._unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
+        masks = masks | odd_edges.astype(np.uint32)
         odd = masks != 0
         small = table.sizes < np.uint64(self.opts.inline_threshold)
         if odd.any():
             # Chunks written with some filters skipped: decode them with h5py and store
             # them inline encoded with the array's full pipeline.
-            for i in np.nonzero(odd)[0]:
-                key = table.coords[i]
-                node.inline[chunk_key(key)] = self._reencode_chunk(d, node, key, nd)
+            try:
+                for i in np.nonzero(odd)[0]:
+                    key = table.coords[i]
+                    node.inline[chunk_key(key)] = self._reencode_chunk(d, node, key, nd)
+            except NotImplementedError:  # a decode-only codec (bitshuffle): inline all values
+                node.inline.clear()
+                return self._inline_decoded(d, node, plan, "chunks written with filters skipped, and the "
+                                            "pipeline cannot re-encode them")
         for i in np.nonzero(small & ~odd)[0]:
             coord = table.coords[i]
             origin = tuple(int(c) * s for c, s in zip(coord[: len(d.shape)], chunks))
@@ -506,6 +547,42 @@ class Scanner:
             node.inline[chunk_key(coord)] = bytes(raw)
         node.refs = table.take(~(odd | small))
         return node
+
+    def _unfiltered_edge_chunks(self, d, node: ArrayNode, table: ChunkTable, chunk_nbytes: int, nd) -> np.ndarray:
+        """Partial edge chunks stored without filters (H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS).
+
+        h5py does not expose that dataset option, and such chunks report filter_mask 0.
+        They have exactly the raw chunk size, so only those candidates are decoded with
+        the array's pipeline and compared with libhdf5's values.
+        """
+        flags = np.zeros(len(table), dtype=bool)
+        if not (node.filters or node.compressor) or not len(table) or not d.shape:
+            return flags
+        ndim = len(d.shape)
+        chunks = np.asarray(node.chunks[:ndim], np.int64)
+        shape = np.asarray(d.shape, np.int64)
+        partial = (((table.coords[:, :ndim] + 1) * chunks) > shape).any(axis=1)
+        cands = np.nonzero(partial & (table.sizes == np.uint64(chunk_nbytes)))[0]
+        if not len(cands):
+            return flags
+        chain = codecs.codec_pipeline(node.filters, node.compressor)
+        for i in cands:
+            coord = table.coords[i]
+            raw = self._read_file(None, int(table.offsets[i]), int(table.sizes[i]))
+            try:
+                buf = raw
+                for codec in reversed(chain):
+                    buf = codec.decode(buf)
+                got = np.frombuffer(bytes(buf), dtype=nd).reshape(node.chunks)
+            except Exception:
+                flags[i] = True
+                continue
+            sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
+            want = d[sel]
+            have = got[tuple(slice(0, x.stop - x.start) for x in sel)]
+            if want.tobytes() != np.ascontiguousarray(have).tobytes():
+                flags[i] = True
+        return flags
 
     def _chunk_table(self, d: h5py.Dataset, ndim: int, chunks, extra) -> tuple[ChunkTable, np.ndarray]:
         dsid = d.id
@@ -646,6 +723,9 @@ class Scanner:
                 return self._inline_decoded(d, node, plan, "external raw storage file is shorter than the data")
             self._split_contiguous(node, url, int(offset), nbytes, nd.itemsize, file_size)
             node.attrs["refindex_external_storage"] = name
+            strpad = codecs.string_padding(d.id.get_type())
+            if strpad:
+                node.filters = [strpad]
             return node
         return self._inline_decoded(d, node, plan, "external raw storage spread over several files")
 
