@@ -25,6 +25,7 @@ def scan(
     on_unsupported: Literal["error", "skip"] = "error",
     cache: CacheOptions | None = None,
     stats: dict[str, Any] | None = None,
+    follow_external: bool = False,
 ) -> dict[str, Any]:
     """Index one HDF5 file; returns the ReferenceFileSystem dict (version 1).
 
@@ -33,7 +34,14 @@ def scan(
     index a local copy of a file published elsewhere).  ``storage_options`` go to
     fsspec for reading the source; they are never written into the index.
     ``stats``: if given, filled with request/byte counts and timings.
+    ``follow_external``: also index the files that external links point into; their
+    indexes are embedded under ``refs["refindex"]["external"][source]["refs"]``
+    (``scan_to_file`` writes them as files of their own instead), keyed by the ``source``
+    the ``zarr_link`` entries carry.  ``refindex.open_nwb`` resolves links through them.
     """
+    kwargs = dict(storage_options=storage_options, convention=convention, inline_threshold=inline_threshold,
+                  inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
+                  on_unsupported=on_unsupported, cache=cache)
     opts = ScanOptions(on_unsupported=on_unsupported)
     if inline_threshold is not None:
         opts.inline_threshold = int(inline_threshold)
@@ -64,14 +72,77 @@ def scan(
         if stats is not None:
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
-    return writers.to_refs(tree)
+    refs = writers.to_refs(tree)
+    if follow_external:
+        _follow_external(refs, src.url, target, kwargs, {src.url})
+    return refs
+
+
+def _beside(url: str, name: str) -> str:
+    """``name`` (relative or absolute path, or URL) resolved against the folder of ``url``."""
+    import posixpath
+
+    if "://" in name or os.path.isabs(name):
+        return name
+    if "://" in url:
+        proto, rest = url.split("://", 1)
+        return proto + "://" + posixpath.normpath(posixpath.join(posixpath.dirname(rest), name))
+    return os.path.normpath(os.path.join(os.path.dirname(url), name))
+
+
+def _follow_external(refs: dict[str, Any], read_url: str, chunk_url: str, kwargs: dict[str, Any],
+                     seen: set[str]) -> None:
+    """Index the files external links in ``refs`` point into (recursively, each file once)."""
+    from .reader import external_sources_of
+
+    out: dict[str, Any] = {}
+    for source in external_sources_of(refs):
+        entry: dict[str, Any] = {"url": _beside(chunk_url, source)}
+        sub_read = _beside(read_url, source)
+        if sub_read in seen:
+            entry["note"] = "indexed elsewhere in this index (link cycle)"
+        else:
+            seen.add(sub_read)
+            try:
+                entry["refs"] = scan(sub_read, url=entry["url"], **kwargs)
+                _follow_external(entry["refs"], sub_read, entry["url"], kwargs, seen)
+            except RefindexError as e:
+                entry["error"] = str(e)
+        out[source] = entry
+    if out:
+        refs.setdefault("refindex", {})["external"] = out
 
 
 def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
     """Scan ``source`` and write the index to ``output`` atomically; returns the refs."""
     refs = scan(source, **kwargs)
+    if kwargs.get("follow_external"):
+        _write_external(refs, output)
     writers.write_json(refs, output)
     return refs
+
+
+def _write_external(refs: dict[str, Any], output: str | os.PathLike) -> None:
+    """Move embedded indexes of linked files into files beside ``output``; record their names."""
+    folder = os.path.dirname(os.path.abspath(os.fspath(output)))
+    used = {os.path.basename(os.fspath(output))}
+
+    def walk(r: dict[str, Any]) -> None:
+        for source, entry in (r.get("refindex", {}).get("external") or {}).items():
+            sub = entry.pop("refs", None)
+            if sub is None:
+                continue
+            walk(sub)
+            base = os.path.basename(source.rstrip("/")) or "external"
+            name, i = base + ".refs.json", 1
+            while name in used:
+                i += 1
+                name = f"{base}.{i}.refs.json"
+            used.add(name)
+            writers.write_json(sub, os.path.join(folder, name))
+            entry["index"] = name  # relative to the folder of the index that names it
+
+    walk(refs)
 
 
 def info(refs: Any) -> dict[str, Any]:

@@ -55,8 +55,13 @@ def cmd_scan(args: argparse.Namespace) -> int:
         contiguous_chunk_bytes=args.contiguous_chunk_bytes if args.contiguous_chunk_bytes is not None else "default",
         on_unsupported=args.on_unsupported,
         stats=stats,
+        follow_external=getattr(args, "follow_external", False),
     )
     out = args.output or _default_output(args.source)
+    if getattr(args, "follow_external", False):
+        from .api import _write_external
+
+        _write_external(refs, out)
     write_json(refs, out)
     elapsed = time.perf_counter() - t0
     skipped = refs.get("refindex", {}).get("skipped", [])
@@ -112,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--on-unsupported", choices=["error", "skip"], default="error",
                    help="what to do with a dataset that cannot be represented exactly")
     s.add_argument("--stats", action="store_true", help="print requests, bytes fetched and timings as JSON")
+    s.add_argument("--follow-external", action="store_true",
+                   help="also index files that external links point into (written beside the output)")
     s.set_defaults(func=cmd_scan)
 
     v = sub.add_parser("verify", help="compare every dataset read through an index with h5py")

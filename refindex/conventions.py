@@ -54,6 +54,8 @@ def _link_entry(tree: Tree, link: LinkNode) -> dict[str, Any]:
         entry["object_id"] = link.target_object_id
     if tree.root_object_id and link.kind != "external":
         entry["source_object_id"] = tree.root_object_id
+    elif link.kind == "external" and link.target_root_object_id:
+        entry["source_object_id"] = link.target_root_object_id
     if link.kind not in ("soft", "hard") or not link.resolved:
         entry["refindex_link_type"] = link.kind + ("" if link.resolved else " (unresolved)")
     return entry
@@ -85,7 +87,7 @@ def _apply_plain(tree: Tree) -> None:
         target = link.target
         if link.kind in ("soft", "hard") and link.resolved and target is not None:
             if target in tree.arrays:
-                tree.arrays[where] = _clone_array(tree.arrays[target], where)
+                tree.arrays[where] = _clone_array(tree.arrays[target], where, rename_scale=link.kind == "hard")
                 tree.arrays[where].attrs["refindex_link"] = {"type": link.kind, "target": target}
                 continue
             if target in tree.groups and not _is_ancestor(target, where):
@@ -100,10 +102,14 @@ def _is_ancestor(a: str, b: str) -> bool:
     return a == "/" or b == a or b.startswith(a.rstrip("/") + "/")
 
 
-def _clone_array(node: ArrayNode, path: str) -> ArrayNode:
+def _clone_array(node: ArrayNode, path: str, rename_scale: bool = False) -> ArrayNode:
     new = copy.copy(node)
     new.path = path
     new.attrs = copy.deepcopy(node.attrs)
+    dims = new.attrs.get("_ARRAY_DIMENSIONS")
+    if rename_scale and dims and dims[0] == posixpath.basename(node.path):
+        # A dimension scale under another name is a dimension of that name (as netCDF sees it).
+        new.attrs["_ARRAY_DIMENSIONS"] = [posixpath.basename(path)] + list(dims[1:])
     return new  # refs and inline bytes are shared, never copied
 
 

@@ -78,6 +78,7 @@ class LinkNode:
     file: str | None = None  # external file as written in the link
     target_object_id: str | None = None
     resolved: bool = True  # False: dangling or unreachable
+    target_root_object_id: str | None = None  # external links: object_id of the other file's root
 
 
 @dataclass

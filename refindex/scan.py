@@ -283,8 +283,7 @@ class Scanner:
                 self.tree.links.append(self._soft_link(g, name, path))
                 continue
             if info.type == h5py.h5l.TYPE_EXTERNAL:
-                link = g.get(name, getlink=True)
-                self.tree.links.append(LinkNode(name, path, "external", link.path, file=link.filename, resolved=False))
+                self.tree.links.append(self._external_link(g, name, path))
                 continue
             if info.type != h5py.h5l.TYPE_HARD:
                 self.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
@@ -317,6 +316,19 @@ class Scanner:
         if obj is None:
             return LinkNode(name, parent, "soft", target, resolved=False)
         return LinkNode(name, parent, "soft", self.canonical_path(obj), target_object_id=self.object_id_of(obj))
+
+    def _external_link(self, g, name: str, parent: str) -> LinkNode:
+        """An external link; when libhdf5 can open the other file, its target's ids are recorded too."""
+        link = g.get(name, getlink=True)
+        node = LinkNode(name, parent, "external", link.path, file=link.filename, resolved=False)
+        try:
+            obj = g[name]
+        except Exception:  # the other file is missing or unreachable: keep the link unresolved
+            return node
+        node.resolved = True
+        node.target_object_id = self.object_id_of(obj)
+        node.target_root_object_id = self.object_id_of(obj.file)
+        return node
 
     def visit_dataset(self, d: h5py.Dataset, path: str) -> None:
         try:

@@ -19,10 +19,15 @@ import zarr
 import refindex
 
 
-def consumer_open(refs: dict[str, Any]) -> zarr.Group:
-    """Open an index the way a zarr user would: async ReferenceFileSystem + FsspecStore."""
+def consumer_store(refs: dict[str, Any]) -> zarr.storage.FsspecStore:
+    """The store a zarr user builds over an index: async ReferenceFileSystem + FsspecStore."""
     fs = fsspec.filesystem("reference", fo=refs, asynchronous=True)
-    return zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=2)
+    return zarr.storage.FsspecStore(fs, read_only=True, path="")
+
+
+def consumer_open(refs: dict[str, Any]) -> zarr.Group:
+    """Open an index the way a zarr user would."""
+    return zarr.open_group(consumer_store(refs), mode="r", zarr_format=2)
 
 
 def json_roundtrip(refs: dict[str, Any]) -> dict[str, Any]:
