@@ -10,6 +10,7 @@ threshold.  Every dataset either gets an exact representation or raises
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import time
 from dataclasses import asdict, dataclass
@@ -580,7 +581,8 @@ class Scanner:
         chain = codecs.codec_pipeline(node.filters, node.compressor)
         for i in cands:
             coord = table.coords[i]
-            raw = self._read_file(None, int(table.offsets[i]), int(table.sizes[i]))
+            origin = tuple(int(c) * s for c, s in zip(coord[:ndim], node.chunks))
+            raw = bytes(d.id.read_direct_chunk(origin)[1])  # through h5py's own (cached) reads
             try:
                 buf = raw
                 for codec in reversed(chain):
@@ -725,7 +727,7 @@ class Scanner:
         node.fill_value = codecs.fill_value_json(self._fillvalue(d, nd), nd)
         nbytes = int(np.prod(node.shape, dtype=np.int64)) * nd.itemsize
         segments = [dcpl.get_external(i) for i in range(dcpl.get_external_count())]
-        base = posixpath.dirname(self.url) if "://" in self.url else __import__("os").path.dirname(self.url)
+        base = posixpath.dirname(self.url) if "://" in self.url else os.path.dirname(self.url)
         name, offset, size = segments[0]
         name = name.decode("utf-8") if isinstance(name, bytes) else name
         if len(segments) == 1 or size >= nbytes:
