@@ -1,0 +1,82 @@
+"""The command line: scan, verify, info and demo do what they say and exit accordingly."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import consumer_open
+from refindex.cli import main
+
+
+@pytest.fixture()
+def h5file(tmp_path):
+    path = tmp_path / "data.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.random.default_rng(0).integers(0, 2**31, (100, 10), dtype="i4"), chunks=(10, 10), compression="gzip")
+        f.create_dataset("b", data=np.linspace(0, 1, 50))
+        f["s"] = "hello"
+    return path
+
+
+def test_scan_writes_an_index_zarr_reads(h5file, tmp_path, capsys):
+    out = tmp_path / "out.refs.json"
+    assert main(["scan", str(h5file), "-o", str(out), "--stats"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["total_seconds"] >= 0
+    refs = json.loads(out.read_text())
+    root = consumer_open(refs)
+    with h5py.File(h5file) as f:
+        np.testing.assert_array_equal(root["a"][...], f["a"][()])
+        np.testing.assert_array_equal(root["b"][...], f["b"][()])
+    assert refs["refs"]["a/0.0"][0] == "{{u}}"  # referenced, not copied
+
+
+def test_scan_options_reach_the_scanner(h5file, tmp_path):
+    out = tmp_path / "split.json"
+    assert main(["scan", str(h5file), "-o", str(out), "--contiguous-chunk-bytes", "80",
+                 "--inline-threshold", "0"]) == 0
+    meta = json.loads(json.loads(out.read_text())["refs"]["b/.zarray"])
+    assert meta["chunks"] == [10]  # 80 bytes of float64
+
+
+def test_verify_and_info(h5file, tmp_path, capsys):
+    out = tmp_path / "out.refs.json"
+    main(["scan", str(h5file), "-o", str(out)])
+    capsys.readouterr()
+    assert main(["verify", str(h5file), str(out)]) == 0
+    assert "3 exact" in capsys.readouterr().out
+    assert main(["info", str(out)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["arrays"] == 3 and info["chunks_referenced"] >= 10
+
+
+def test_verify_exits_1_on_a_difference(h5file, tmp_path, capsys):
+    out = tmp_path / "out.refs.json"
+    main(["scan", str(h5file), "-o", str(out)])
+    refs = json.loads(out.read_text())
+    refs["refs"]["a/0.0"], refs["refs"]["a/1.0"] = refs["refs"]["a/1.0"], refs["refs"]["a/0.0"]  # a wrong index
+    out.write_text(json.dumps(refs))
+    assert main(["verify", str(h5file), str(out)]) == 1
+    assert "different" in capsys.readouterr().out
+
+
+def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    bad = tmp_path / "not.h5"
+    bad.write_bytes(b"this is not hdf5" * 100)
+    assert main(["scan", str(bad), "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("refindex: error:") and "not an HDF5 file" in err[0]
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_demo_runs_and_reads_back(tmp_path, capsys):
+    pytest.importorskip("pynwb")
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "verify: 4 datasets: 4 exact" in out
+    assert "pynwb via hdmf-zarr" in out
+    assert (tmp_path / "example.nwb.refs.json").exists()
