@@ -26,5 +26,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
+fuzz: $(STAMP)
+	$(PY) benchmarks/fuzz_long.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,15 +1,17 @@
 """refindex: index HDF5 files as kerchunk-style reference file systems that zarr reads directly."""
 
-from .api import __version__, info, scan, scan_to_file
+from .api import __version__, info, scan, scan_to_file, scan_to_parquet
 from .errors import NotHDF5Error, RefindexError, SourceError, UnsupportedError, VerifyError
 from .reader import open_nwb
 from .reader import open as open  # noqa: A004  (refindex.open mirrors zarr.open)
 from .scan import ScanOptions
+from .schema import CheckReport, check, object_model
 from .source import CacheOptions
 from .verify import VerifyReport, verify
 
 __all__ = [
     "CacheOptions",
+    "CheckReport",
     "NotHDF5Error",
     "RefindexError",
     "ScanOptions",
@@ -18,10 +20,13 @@ __all__ = [
     "VerifyError",
     "VerifyReport",
     "__version__",
+    "check",
     "info",
+    "object_model",
     "open",
     "open_nwb",
     "scan",
     "scan_to_file",
+    "scan_to_parquet",
     "verify",
 ]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
-from . import conventions, writers
+from . import conventions, safety, writers
 from .errors import RefindexError
 from .scan import ScanOptions, Scanner
 from .source import CacheOptions, open_source
@@ -26,6 +27,12 @@ def scan(
     cache: CacheOptions | None = None,
     stats: dict[str, Any] | None = None,
     follow_external: bool = False,
+    allowed_root: str | None = None,
+    allow_outside: bool = False,
+    max_inline_total: int | None | Literal["default"] = "default",
+    isolate: bool = False,
+    timeout: float | None = None,
+    sink: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
     """Index one HDF5 file; returns the ReferenceFileSystem dict (version 1).
 
@@ -38,11 +45,26 @@ def scan(
     indexes are embedded under ``refs["refindex"]["external"][source]["refs"]``
     (``scan_to_file`` writes them as files of their own instead), keyed by the ``source``
     the ``zarr_link`` entries carry.  ``refindex.open_nwb`` resolves links through them.
+    ``allowed_root`` / ``allow_outside``: where other files (external links, external raw
+    storage) may live; default: the scanned file's folder.  ``max_inline_total``: most
+    inline bytes in the whole index (default 256 MiB).  ``isolate``: run libhdf5 in a
+    worker process killed after ``timeout`` seconds, so a hostile file cannot crash or
+    hang the caller (see :mod:`refindex.isolate`).
+    ``sink``: called with the scanned :class:`~refindex.model.Tree` instead of building the
+    refs dict (streamed writers such as :mod:`refindex.parquet`); ``scan`` returns its result.
     """
     kwargs = dict(storage_options=storage_options, convention=convention, inline_threshold=inline_threshold,
                   inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
-                  on_unsupported=on_unsupported, cache=cache)
-    opts = ScanOptions(on_unsupported=on_unsupported)
+                  on_unsupported=on_unsupported, cache=cache, allowed_root=allowed_root,
+                  allow_outside=allow_outside, max_inline_total=max_inline_total)
+    if isolate:
+        from .isolate import scan_isolated
+
+        return scan_isolated(source, timeout=timeout, url=url, stats=stats, follow_external=follow_external,
+                             **kwargs)
+    opts = ScanOptions(on_unsupported=on_unsupported, allowed_root=allowed_root, allow_outside=allow_outside)
+    if max_inline_total != "default":
+        opts.max_inline_total = max_inline_total
     if inline_threshold is not None:
         opts.inline_threshold = int(inline_threshold)
     if inline_max is not None:
@@ -50,7 +72,7 @@ def scan(
     if contiguous_chunk_bytes != "default":
         opts.contiguous_chunk_bytes = contiguous_chunk_bytes or None
     with open_source(source, storage_options, cache) as src:
-        target = url or src.url
+        target = safety.strip_credentials(url or src.url)
         scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes)
         try:
             tree = scanner.run()
@@ -59,10 +81,14 @@ def scan(
         except Exception as e:  # libhdf5 errors on damaged files surface as OSError/KeyError/...
             raise RefindexError(f"{type(e).__name__}: {e}", file=src.url) from e
         chosen = conventions.apply(tree, convention)
+        safety.check_inline_total(tree, opts.max_inline_total, file=src.url)
+        # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
+        # copy), only the size is known to hold for the target too.
+        described = src.info if target == src.url else {"size": src.info["size"]}
         tree.provenance.update(
             {
                 "refindex_version": __version__,
-                "source": {"url": target, **src.info},
+                "source": {"url": target, **described},
                 "convention": chosen,
                 "options": opts.as_dict(),
             }
@@ -72,8 +98,14 @@ def scan(
         if stats is not None:
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
+    if sink is not None:  # streamed writers (parquet) take the Tree itself: no dict of every chunk key
+        return sink(tree)
     refs = writers.to_refs(tree)
+    safety.check_codecs(refs, file=target)
+    safety.check_no_secrets(refs, storage_options, file=target)
     if follow_external:
+        if not allow_outside and allowed_root is None:  # linked files of linked files: same root
+            kwargs["allowed_root"] = safety.folder_of(src.url)
         _follow_external(refs, src.url, target, kwargs, {src.url})
     return refs
 
@@ -99,6 +131,14 @@ def _follow_external(refs: dict[str, Any], read_url: str, chunk_url: str, kwargs
     for source in external_sources_of(refs):
         entry: dict[str, Any] = {"url": _beside(chunk_url, source)}
         sub_read = _beside(read_url, source)
+        try:
+            safety.resolve_inside(source, read_url, allowed_root=kwargs.get("allowed_root"),
+                                  allow_outside=bool(kwargs.get("allow_outside")), what="externally linked file",
+                                  file=read_url)
+        except RefindexError as e:
+            entry["error"] = str(e)
+            out[source] = entry
+            continue
         if sub_read in seen:
             entry["note"] = "indexed elsewhere in this index (link cycle)"
         else:
@@ -120,6 +160,18 @@ def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, **kwargs:
         _write_external(refs, output)
     writers.write_json(refs, output)
     return refs
+
+
+def scan_to_parquet(source: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
+    """Scan ``source`` into parquet refs (fsspec's LazyReferenceMapper layout) in the folder ``output``.
+
+    Streamed from the chunk tables, so memory stays bounded for millions of chunks; the
+    folder appears atomically.  ``record_size`` (default 100000) plus :func:`scan`'s
+    keywords.  Returns a summary (records, chunks, bytes written).
+    """
+    from .parquet import scan_to_parquet as _scan_to_parquet
+
+    return _scan_to_parquet(source, output, **kwargs)
 
 
 def _write_external(refs: dict[str, Any], output: str | os.PathLike) -> None:

@@ -1,4 +1,4 @@
-"""Command line: ``refindex scan|verify|info|demo``."""
+"""Command line: ``refindex scan|verify|info|schema|demo``."""
 
 from __future__ import annotations
 
@@ -56,7 +56,15 @@ def cmd_scan(args: argparse.Namespace) -> int:
         on_unsupported=args.on_unsupported,
         stats=stats,
         follow_external=getattr(args, "follow_external", False),
+        allowed_root=args.allowed_root,
+        allow_outside=args.allow_outside,
+        max_inline_total=args.max_inline_total if args.max_inline_total is not None else "default",
+        isolate=args.isolate,
+        timeout=args.timeout,
+        sink=_parquet_sink(args),
     )
+    if args.format == "parquet":
+        return _report_parquet(args, refs, stats, time.perf_counter() - t0)
     out = args.output or _default_output(args.source)
     if getattr(args, "follow_external", False):
         from .api import _write_external
@@ -74,10 +82,33 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _parquet_sink(args: argparse.Namespace):
+    """For ``--format parquet``: write the scanned Tree as parquet refs (streamed, no refs dict)."""
+    if args.format != "parquet":
+        return None
+    from .parquet import make_sink
+
+    if args.follow_external or args.isolate:
+        raise RefindexError("--follow-external and --isolate are not supported with --format parquet")
+    out = args.output or args.source.rstrip("/").rsplit("/", 1)[-1] + ".refs.parq"
+    args.output = out
+    return make_sink(out, args.storage_options, record_size=args.record_size)
+
+
+def _report_parquet(args: argparse.Namespace, summary: dict[str, Any], stats: dict[str, Any], elapsed: float) -> int:
+    print(f"wrote {args.output}: {summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline, "
+          f"{summary['records']} record files, {summary['bytes']} bytes in {elapsed:.2f} s", file=sys.stderr)
+    if args.stats:
+        stats["total_seconds"] = round(elapsed, 4)
+        print(json.dumps(stats, indent=2))
+    return EXIT_OK
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from .verify import verify
 
-    report = verify(args.source, args.refs, storage_options=args.storage_options)
+    report = verify(args.source, args.refs, storage_options=args.storage_options,
+                    check_source=not args.no_check_source)
     for r in report.results:
         if r.status != "exact" or args.verbose:
             print(f"{r.status:16s} {r.path} {r.detail}")
@@ -89,6 +120,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     from .api import info
 
     print(json.dumps(info(args.refs), indent=2))
+    return EXIT_OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from . import schema
+
+    kw: dict[str, Any] = {"storage_options": args.storage_options, "convention": args.convention}
+    if args.check:
+        report = schema.check(args.check, args.source, **kw)
+        for path, message in report.differences:
+            print(f"{path}: {message}")
+        print(report.summary(), file=sys.stderr)
+        return EXIT_OK if report.ok else EXIT_DIFFERENT
+    model = schema.object_model(args.source, members_only=args.members_only, depth=args.depth, **kw)
+    print(schema.dumps(model))
     return EXIT_OK
 
 
@@ -117,8 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--on-unsupported", choices=["error", "skip"], default="error",
                    help="what to do with a dataset that cannot be represented exactly")
     s.add_argument("--stats", action="store_true", help="print requests, bytes fetched and timings as JSON")
+    s.add_argument("--format", choices=["json", "parquet"], default="json",
+                   help="json: one RFS JSON file; parquet: a folder in fsspec's LazyReferenceMapper layout")
+    s.add_argument("--record-size", type=int, help="references per parquet file (--format parquet; default 100000)")
     s.add_argument("--follow-external", action="store_true",
                    help="also index files that external links point into (written beside the output)")
+    s.add_argument("--allowed-root", help="folder other files (external links/storage) must be in "
+                   "(default: the scanned file's folder)")
+    s.add_argument("--allow-outside", action="store_true", help="let external links/storage point anywhere")
+    s.add_argument("--max-inline-total", type=_size, help="most inline bytes in the whole index (default 256M)")
+    s.add_argument("--isolate", action="store_true",
+                   help="run libhdf5 in a worker process, so a hostile file cannot crash or hang refindex")
+    s.add_argument("--timeout", type=float, help="seconds before an --isolate scan is killed (default 600)")
     s.set_defaults(func=cmd_scan)
 
     v = sub.add_parser("verify", help="compare every dataset read through an index with h5py")
@@ -126,11 +182,24 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("refs")
     v.add_argument("--storage-options", type=_json_arg)
     v.add_argument("-v", "--verbose", action="store_true", help="list exact datasets too")
+    v.add_argument("--no-check-source", action="store_true",
+                   help="compare even if the source changed since it was indexed")
     v.set_defaults(func=cmd_verify)
 
     i = sub.add_parser("info", help="summarise an index")
     i.add_argument("refs")
     i.set_defaults(func=cmd_info)
+
+    z = sub.add_parser("schema", help="print the hierarchy as a Zarr Object Model (ZEP 6), or --check it")
+    z.add_argument("source", metavar="REFS_OR_FILE", help="index (JSON/parquet) or HDF5 file (scanned in memory)")
+    z.add_argument("--members-only", action="store_true", help="leave out attributes")
+    z.add_argument("--depth", type=int, help="list members this many levels deep (0: the root alone)")
+    z.add_argument("--check", metavar="TEMPLATE.json",
+                   help="compare with a ZOM template instead; exit 1 on any difference (rules: refindex.schema)")
+    z.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
+    z.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto",
+                   help="when scanning an HDF5 file")
+    z.set_defaults(func=cmd_schema)
 
     d = sub.add_parser("demo", help="build an example NWB file, index it and read it back")
     d.add_argument("--dir", help="folder for the example files (default: a temporary folder)")
@@ -146,7 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RefindexError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"refindex: error: {e}", file=sys.stderr)
+            if getattr(e, "worker_traceback", None):
+                print("in the worker process:\n" + e.worker_traceback, file=sys.stderr, end="")
+        print(f"refindex: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("refindex: interrupted", file=sys.stderr)
@@ -154,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # unexpected: still one clear line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(f"refindex: internal error: {type(e).__name__}: {e} (run with --debug for the trace)", file=sys.stderr)
+        msg = " ".join(str(e).split())
+        print(f"refindex: internal error: {type(e).__name__}: {msg} (run with --debug for the trace)", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -40,3 +40,7 @@ class SourceError(RefindexError):
 
 class VerifyError(RefindexError):
     """Data read through the index differs from what h5py reads."""
+
+
+class StaleIndexError(RefindexError):
+    """The source changed (size, etag or mtime) since the index was made: its offsets may be wrong."""

@@ -33,9 +33,11 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
         raise RefindexError(f"not a JSON reference index: {e}", file=path) from e
 
 
-def _target_protocol(refs: Any) -> str | None:
-    if not isinstance(refs, dict):
-        return None
+def _target_protocol(refs: Any, storage_options: dict[str, Any] | None = None) -> str | None:
+    if not isinstance(refs, dict):  # parquet folder: templates are kept in its .zmetadata
+        from .parquet import read_metadata
+
+        refs = read_metadata(refs, storage_options).get("refindex") or {}
     for url in (refs.get("templates") or {}).values():
         return fsspec.core.split_protocol(url)[0] or "file"
     return None
@@ -50,7 +52,7 @@ def reference_fs(
 ):
     """An asynchronous ReferenceFileSystem over ``refs`` as zarr 3 needs it."""
     refs = load_refs(refs, storage_options)
-    protocol = remote_protocol or _target_protocol(refs)
+    protocol = remote_protocol or _target_protocol(refs, storage_options)
     kwargs: dict[str, Any] = {"fo": refs, "asynchronous": True}
     if protocol and protocol not in ("file", "local"):
         kwargs["remote_protocol"] = protocol
@@ -59,6 +61,8 @@ def reference_fs(
         kwargs["remote_options"] = remote_options
     if not isinstance(refs, dict):
         kwargs["target_options"] = storage_options or {}
+        # else fsspec scans the lazy (parquet) references for a URL to guess the protocol
+        kwargs.setdefault("remote_protocol", protocol or "file")
     return fsspec.filesystem("reference", **kwargs)
 
 
@@ -72,16 +76,24 @@ def store(refs: Any, **kwargs: Any):
     return zarr.storage.FsspecStore(reference_fs(refs, **kwargs), read_only=True, path="")
 
 
-def open(refs: Any, **kwargs: Any):
+def open(refs: Any, *, check_source: bool = True, **kwargs: Any):
     """Open an index (dict, JSON path/URL or parquet directory) as a read-only ``zarr.Group``.
 
     Keyword arguments: ``remote_protocol``, ``remote_options`` (for the files the chunks
     live in, e.g. ``{"anon": True}`` or an ``endpoint_url``), ``storage_options`` (for
-    reading the index itself).
+    reading the index itself).  The hierarchy comes from the consolidated ``.zmetadata``
+    alone (one read, however deep the file), or per node when an index has none.
+    ``check_source``: refuse (``StaleIndexError``) when the source changed since indexing;
+    one ``info`` call, skipped for indexes without provenance.
     """
-    import zarr
+    from .consolidated import open_group
 
-    return zarr.open_group(store(refs, **kwargs), mode="r", zarr_format=2)
+    refs = load_refs(refs, kwargs.get("storage_options"))
+    if check_source:
+        from .provenance import check_source as _check
+
+        _check(refs, storage_options=kwargs.get("remote_options"))
+    return open_group(store(refs, **kwargs))
 
 
 def external_sources_of(refs: dict[str, Any]) -> list[str]:
@@ -254,6 +266,10 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     """
     index_location = None if isinstance(refs, dict) else os.fspath(refs)
     loaded = load_refs(refs, kwargs.get("storage_options"))
+    if kwargs.pop("check_source", True):
+        from .provenance import check_source as _check
+
+        _check(loaded, storage_options=kwargs.get("remote_options"))
     cls = nwb_io_class()
     io = cls(path=store(loaded, **kwargs), mode="r")
     if isinstance(loaded, dict):

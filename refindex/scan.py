@@ -52,6 +52,11 @@ class ScanOptions:
     inline_max: int = 64 * MiB
     contiguous_chunk_bytes: int | None = 32 * MiB
     on_unsupported: Literal["error", "skip"] = "error"
+    # Other files (external raw storage, external links) must resolve inside this folder
+    # (None: the scanned file's folder) unless allow_outside; see refindex.safety.
+    allowed_root: str | None = None
+    allow_outside: bool = False
+    max_inline_total: int | None = 256 * MiB  # inline bytes of the whole index
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -322,6 +327,13 @@ class Scanner:
         """An external link; when libhdf5 can open the other file, its target's ids are recorded too."""
         link = g.get(name, getlink=True)
         node = LinkNode(name, parent, "external", link.path, file=link.filename, resolved=False)
+        from .safety import resolve_inside
+
+        try:  # libhdf5 opens the other file to resolve the link: only inside the allowed root
+            resolve_inside(link.filename, self.url, allowed_root=self.opts.allowed_root,
+                           allow_outside=self.opts.allow_outside)
+        except RefindexError:
+            return node
         try:
             obj = g[name]
         except Exception:  # the other file is missing or unreachable: keep the link unresolved
@@ -730,6 +742,13 @@ class Scanner:
         base = posixpath.dirname(self.url) if "://" in self.url else os.path.dirname(self.url)
         name, offset, size = segments[0]
         name = name.decode("utf-8") if isinstance(name, bytes) else name
+        from .safety import resolve_inside
+
+        for seg in segments:  # refuse before touching any of them
+            seg_name = seg[0].decode("utf-8") if isinstance(seg[0], bytes) else seg[0]
+            resolve_inside(seg_name, self.url, allowed_root=self.opts.allowed_root,
+                           allow_outside=self.opts.allow_outside, what="external raw storage file",
+                           file=self.label, path=node.path)
         if len(segments) == 1 or size >= nbytes:
             url = name if name.startswith("/") or "://" in name else posixpath.join(base, name)
             file_size = self._external_size(url, node)

@@ -24,6 +24,43 @@ from .errors import NotHDF5Error, SourceError
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
+# Transient network failures are retried with exponential backoff: RETRIES more
+# attempts, waiting RETRY_BACKOFF, 2x, 4x... seconds.
+RETRIES = 3
+RETRY_BACKOFF = 0.25
+_TRANSIENT_NAMES = {"ClientConnectorError", "ServerDisconnectedError", "ClientOSError", "ClientPayloadError",
+                    "ServerTimeoutError", "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+                    "ConnectionClosedError", "IncompleteReadError", "ResponseStreamingError"}
+
+
+def is_transient(e: BaseException) -> bool:
+    """A failure worth retrying: connection drops, timeouts, throttling and 5xx responses."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
+    for x in (e, e.__cause__, e.__context__):
+        if x is None:
+            continue
+        if type(x).__name__ in _TRANSIENT_NAMES:
+            return True
+        status = getattr(x, "status", None) or getattr(x, "code", None)
+        if isinstance(status, int) and (status == 429 or 500 <= status < 600):
+            return True
+    text = str(e)
+    return any(s in text for s in ("SlowDown", "Throttl", "503 Service", "Service Unavailable"))
+
+
+def with_retries(call, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, retried on transient failures (other failures raise at once)."""
+    for attempt in range(RETRIES + 1):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:
+            if attempt == RETRIES or not is_transient(e):
+                raise
+            time.sleep(RETRY_BACKOFF * (2 ** attempt))
+
 
 @dataclass
 class ReadStats:
@@ -39,14 +76,24 @@ class ReadStats:
 class CacheOptions:
     """Settings of the remote read cache.
 
+    Defaults are tuned on a pynwb file behind 30 ms / 50 MB/s (benchmarks/p2_remote_index.py):
+    its metadata sits in a few KiB at the start, a few hundred KiB at the end and small
+    islands in between.  A round trip costs as much as ~1.5 MB of transfer there, so on
+    open the head and tail are fetched at once (concurrently), and each later miss
+    fetches its block plus ``neighbours`` blocks either side in one request.
+
     ``block_size``: granularity of fetches and of the cache.  ``first_read``: bytes
-    fetched at the start of the file on open (superblock, root group and usually much of
-    the metadata live there).  ``max_gap``: missing blocks separated by at most this
-    many cached bytes are still fetched in one request.
+    fetched at the start of the file on open (superblock, root group).  ``tail_read``:
+    bytes fetched at the end on open, in parallel with ``first_read`` (libhdf5 writes
+    metadata flushed at close there).  ``neighbours``: extra blocks fetched on each side
+    of a miss.  ``max_gap``: missing blocks separated by at most this many cached bytes
+    are still fetched in one request.
     """
 
-    block_size: int = 1 << 20
-    first_read: int = 4 << 20
+    block_size: int = 64 << 10
+    first_read: int = 1 << 20
+    tail_read: int = 1 << 20
+    neighbours: int = 1
     max_gap: int = 0
 
 
@@ -63,8 +110,13 @@ class BlockCache(io.RawIOBase):
         self.blocks: dict[int, bytes] = {}
         self.pos = 0
         self._lock = threading.Lock()
-        if self.opts.first_read:
-            self._fetch_range(0, min(self.size, self.opts.first_read))
+        head = min(self.size, self.opts.first_read)
+        tail = max(head, self.size - self.opts.tail_read) if self.opts.tail_read else self.size
+        ranges = [(0, head)] if head else []
+        if tail < self.size:
+            ranges.append((tail, self.size))
+        if ranges:
+            self._fetch_ranges(ranges)
 
     # io.RawIOBase protocol -------------------------------------------------
     def readable(self) -> bool:
@@ -115,35 +167,55 @@ class BlockCache(io.RawIOBase):
         return buf[off : off + (end - start)]
 
     def _fetch_blocks(self, missing: list[int]) -> None:
+        """Fetch ``missing`` blocks and their uncached neighbours; runs in one round trip."""
         bs = self.opts.block_size
+        nblocks = -(-self.size // bs)
+        n = max(0, self.opts.neighbours)
+        want = sorted({j for i in missing for j in range(max(0, i - n), min(nblocks, i + n + 1))
+                       if j not in self.blocks} | set(missing))
         gap_blocks = self.opts.max_gap // bs
-        runs: list[list[int]] = [[missing[0], missing[0]]]
-        for i in missing[1:]:
+        runs: list[list[int]] = [[want[0], want[0]]]
+        for i in want[1:]:
             if i - runs[-1][1] - 1 <= gap_blocks:
                 runs[-1][1] = i
             else:
                 runs.append([i, i])
-        for a, b in runs:
-            self._fetch_range(a * bs, min(self.size, (b + 1) * bs))
+        self._fetch_ranges([(a * bs, min(self.size, (b + 1) * bs)) for a, b in runs])
 
-    def _fetch_range(self, start: int, end: int) -> None:
+    def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetch block-aligned ``ranges``, several at once when the filesystem allows it."""
         bs = self.opts.block_size
-        start = (start // bs) * bs
-        end = min(self.size, -(-end // bs) * bs)
+        ranges = [((a // bs) * bs, min(self.size, -(-b // bs) * bs)) for a, b in ranges]
         t0 = time.perf_counter()
+
+        def fetch() -> list[Any]:
+            if len(ranges) == 1:
+                datas: list[Any] = [self.fs.cat_file(self.path, start=ranges[0][0], end=ranges[0][1])]
+            else:  # async filesystems (http, s3, gcs) run these concurrently
+                datas = self.fs.cat_ranges([self.path] * len(ranges), [a for a, _ in ranges],
+                                           [b for _, b in ranges])
+            for d in datas:
+                if isinstance(d, BaseException):
+                    raise d
+            return datas
+
         try:
-            data = self.fs.cat_file(self.path, start=start, end=end)
+            datas = with_retries(fetch)
         except FileNotFoundError as e:
             raise SourceError(f"file not found ({e})", file=self.path) from e
+        except SourceError:
+            raise
         except Exception as e:  # network and permission errors from any backend
-            raise SourceError(f"could not read bytes {start}-{end}: {e}", file=self.path) from e
+            where = ", ".join(f"{a}-{b}" for a, b in ranges)
+            raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
         self.stats.seconds += time.perf_counter() - t0
-        self.stats.requests += 1
-        self.stats.bytes_fetched += len(data)
-        if len(data) != end - start:
-            raise SourceError(f"short read at {start}: got {len(data)} of {end - start} bytes", file=self.path)
-        for off in range(0, end - start, bs):
-            self.blocks[(start + off) // bs] = data[off : off + bs]
+        for (start, end), data in zip(ranges, datas):
+            self.stats.requests += 1
+            self.stats.bytes_fetched += len(data)
+            if len(data) != end - start:
+                raise SourceError(f"short read at {start}: got {len(data)} of {end - start} bytes", file=self.path)
+            for off in range(0, end - start, bs):
+                self.blocks[(start + off) // bs] = data[off : off + bs]
 
 
 @dataclass
@@ -166,7 +238,7 @@ class Source:
         else:
             fs, path = fsspec.core.url_to_fs(url)
         try:
-            return fs.cat_file(path, start=start, end=start + length)
+            return with_retries(fs.cat_file, path, start=start, end=start + length)
         except FileNotFoundError as e:
             raise SourceError("file not found", file=url or self.url) from e
 
@@ -180,7 +252,7 @@ def split_protocol(url: str) -> tuple[str, str]:
 
 def _file_info(fs, path: str) -> dict[str, Any]:
     try:
-        info = fs.info(path)
+        info = with_retries(fs.info, path)
     except FileNotFoundError as e:
         raise SourceError("file not found", file=path) from e
     except PermissionError as e:

@@ -258,12 +258,22 @@ def _compare_sparse(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict) -> tuple[
     return "exact", f"{len(regions)} regions compared (stored chunks and samples)"
 
 
-def verify(source: Any, refs: Any, *, storage_options: dict | None = None, **open_kwargs: Any) -> VerifyReport:
-    """Read every dataset of ``source`` through h5py and through ``refs`` with zarr; compare."""
+def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check_source: bool = True,
+           **open_kwargs: Any) -> VerifyReport:
+    """Read every dataset of ``source`` through h5py and through ``refs`` with zarr; compare.
+
+    ``check_source``: first refuse (``StaleIndexError``) when ``source`` no longer matches
+    the size/etag/mtime the index recorded.
+    """
     from .reader import load_refs, open as open_refs
     from .source import open_source
 
     refs = load_refs(refs)
+    if check_source:
+        from .provenance import check_source as _check
+
+        _check(refs, source=str(source), storage_options=storage_options)
+    open_kwargs["check_source"] = False  # checked above, against the file being compared
     skipped = {s["path"] for s in (refs.get("refindex", {}).get("skipped", []) if isinstance(refs, dict) else [])
                if "attribute" not in s}
     omitted = {s["path"] for s in (refs.get("refindex", {}).get("omitted", []) if isinstance(refs, dict) else [])}

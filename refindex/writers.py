@@ -152,4 +152,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_json(refs: dict[str, Any], path: str | os.PathLike) -> None:
-    atomic_write_bytes(path, dumps(refs).encode("utf-8"))
+    try:
+        data = dumps(refs).encode("utf-8")
+    except (UnicodeEncodeError, OverflowError, ValueError) as e:  # e.g. names that are not valid UTF-8
+        from .errors import RefindexError
+
+        raise RefindexError(f"cannot write the index as JSON: {e}", file=os.fspath(path)) from e
+    atomic_write_bytes(path, data)

@@ -1,0 +1,179 @@
+"""Checks that keep an index safe to publish and to read.
+
+An index is read by people who did not make it, from files nobody vetted, so:
+every codec it names must come from an allowlist (nothing that runs code on read,
+such as pickle); no credentials end up in it; paths to other files (external links,
+external raw storage) stay inside an allowed root unless the user says otherwise;
+inline data is bounded for the whole index, not only per dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Any, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import RefindexError, UnsupportedError
+
+MiB = 1 << 20
+DEFAULT_MAX_INLINE_TOTAL = 256 * MiB
+
+# Codec ids refindex writes.  All decode data only; none can execute code on read.
+ALLOWED_CODEC_IDS = frozenset({
+    "zlib", "gzip", "shuffle", "fletcher32", "zstd", "bz2", "blosc", "lz4",
+    "vlen-utf8", "vlen-bytes", "vlen-array",
+    "refindex_h5lzf", "refindex_h5lz4", "refindex_h5bitshuffle", "refindex_h5szip", "refindex_h5strpad",
+})
+
+# Names of storage_options entries that hold secrets (compared in lower case).
+_SECRET_KEYS = ("key", "secret", "token", "password", "passwd", "credential", "session", "auth", "sas", "signature")
+
+
+# ------------------------------------------------------------------ codecs
+def _codecs_of(zarray: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    comp = zarray.get("compressor")
+    if comp is not None:
+        yield comp
+    for f in zarray.get("filters") or []:
+        yield f
+
+
+def unsafe_codecs(refs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(array key, codec id) for every codec in ``refs`` that is not on the allowlist."""
+    bad: list[tuple[str, Any]] = []
+    for key, value in (refs.get("refs") or {}).items():
+        if key.rsplit("/", 1)[-1] != ".zarray":
+            continue
+        doc = json.loads(value) if isinstance(value, str) else value
+        for codec in _codecs_of(doc):
+            cid = codec.get("id") if isinstance(codec, dict) else codec
+            if cid not in ALLOWED_CODEC_IDS:
+                bad.append((key, cid))
+    return bad
+
+
+def check_codecs(refs: dict[str, Any], file: str | None = None) -> None:
+    """Refuse an index naming any codec outside the allowlist (e.g. pickle)."""
+    bad = unsafe_codecs(refs)
+    if bad:
+        key, cid = bad[0]
+        raise UnsupportedError(f"codec {cid!r} is not on the allowlist of safe codecs ({len(bad)} array(s))",
+                               file=file, path="/" + key.rsplit("/", 1)[0] if "/" in key else "/")
+
+
+# ------------------------------------------------------------------ credentials
+def strip_credentials(url: str) -> str:
+    """``url`` without any ``user:password@`` part (other URLs and plain paths unchanged)."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+def secret_values(storage_options: dict[str, Any] | None) -> list[str]:
+    """String values of ``storage_options`` (nested too) whose key names a secret."""
+    out: list[str] = []
+
+    def walk(d: Any) -> None:
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if isinstance(v, str) and any(s in str(k).lower() for s in _SECRET_KEYS) and len(v) >= 4:
+                    out.append(v)
+                else:
+                    walk(v)
+        elif isinstance(d, (list, tuple)):
+            for v in d:
+                walk(v)
+
+    walk(storage_options or {})
+    return out
+
+
+def check_no_secrets(refs: dict[str, Any], storage_options: dict[str, Any] | None, file: str | None = None) -> None:
+    """Refuse to emit an index whose provenance or URLs contain a secret or ``user:pass@``.
+
+    Only the parts refindex writes from the caller's input are checked (templates and
+    the ``refindex`` section); chunk values come from the file itself.
+    """
+    head = json.dumps({"templates": refs.get("templates"), "refindex": refs.get("refindex")}, default=str)
+    for secret in secret_values(storage_options):
+        if secret in head:
+            raise RefindexError("refusing to write an index containing a storage_options secret", file=file)
+    for url in (refs.get("templates") or {}).values():
+        if strip_credentials(url) != url:
+            raise RefindexError("refusing to write an index containing credentials in a URL", file=file)
+
+
+# ------------------------------------------------------------------ paths
+def _split(url: str) -> tuple[str, str]:
+    if "://" in url:
+        proto, rest = url.split("://", 1)
+        return proto + "://", rest
+    return "", url
+
+
+def folder_of(url: str) -> str:
+    proto, rest = _split(url)
+    return proto + (posixpath.dirname(rest) if proto else os.path.dirname(os.path.abspath(rest)))
+
+
+def resolve_inside(name: str, base_url: str, *, allowed_root: str | None = None, allow_outside: bool = False,
+                   what: str = "external file", file: str | None = None, path: str | None = None) -> str:
+    """``name`` (as written in the file) resolved against the folder of ``base_url``.
+
+    Refused with :class:`UnsupportedError` when the result lies outside ``allowed_root``
+    (default: the folder of ``base_url``), unless ``allow_outside``.  Absolute paths,
+    ``..`` escapes and URLs to other places are all caught by the same containment test.
+    """
+    folder = folder_of(base_url)
+    proto, _ = _split(folder)
+    if "://" in name:
+        resolved = name
+    elif proto:
+        resolved = proto + posixpath.normpath(posixpath.join(folder[len(proto):], name))
+    else:
+        resolved = os.path.normpath(os.path.join(folder, name))
+    if allow_outside:
+        return resolved
+    root = allowed_root if allowed_root is not None else folder
+    if not proto and "://" not in root:
+        root = os.path.abspath(root)
+    if not _within(resolved, root):
+        raise UnsupportedError(
+            f"{what} {name!r} resolves to {resolved}, outside the allowed root {root} "
+            "(pass allowed_root=... or allow_outside=True / --allow-outside to permit it)",
+            file=file, path=path)
+    return resolved
+
+
+def _within(target: str, root: str) -> bool:
+    tp, tr = _split(target)
+    rp, rr = _split(root)
+    if tp != rp:
+        return False
+    sep = "/"
+    tr, rr = tr.rstrip(sep), rr.rstrip(sep)
+    if not tp:
+        tr, rr = os.path.realpath(tr), os.path.realpath(rr)
+    return tr == rr or tr.startswith(rr + sep) or rr == ""
+
+
+# ------------------------------------------------------------------ inline size
+def inline_total(tree: Any) -> int:
+    """Bytes of inline data the index of ``tree`` will carry (arrays sharing data count each time)."""
+    return sum(len(b) for a in tree.arrays.values() for b in a.inline.values())
+
+
+def check_inline_total(tree: Any, limit: int | None, file: str | None = None) -> None:
+    if limit is None:
+        return
+    total = inline_total(tree)
+    if total > limit:
+        raise UnsupportedError(
+            f"the index would carry {total} bytes of inline data, over the limit of {limit} "
+            "(raise max_inline_total / --max-inline-total, or lower inline limits)", file=file)
