@@ -189,8 +189,10 @@ def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = 
             os.makedirs(folder, exist_ok=True)
             for rec, table in array_records(node, tree.url, record_size):
                 # Statistics (null count 0) on offset/size: without them fastparquet reads them as float64.
+                # Delta encoding: offsets grow by about one chunk size per row, so a few bytes per chunk.
                 pq.write_table(table, os.path.join(folder, f"refs.{rec}.parq"), compression=compression,
-                               write_statistics=["offset", "size"])
+                               write_statistics=["offset", "size"], use_dictionary=["path"],
+                               column_encoding={"offset": "DELTA_BINARY_PACKED", "size": "DELTA_BINARY_PACKED"})
                 summary["records"] += 1
             summary["chunks_referenced"] += len(node.refs) if node.refs is not None else 0
             summary["inline_chunks"] += len(node.inline)
