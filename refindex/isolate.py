@@ -1,0 +1,268 @@
+"""Run libhdf5 work on untrusted files in a worker process with a time limit.
+
+libhdf5 can crash (segfault, abort) or loop forever on a hostile or damaged file, and
+neither can be caught inside the process that runs it.  A :class:`Worker` is a child
+process that runs jobs one after another; when it dies, the job becomes a
+:class:`WorkerCrashed` error ("libhdf5 crashed (signal N)"), when it overruns its time
+limit it is killed and the job becomes :class:`WorkerTimeout` ("timed out after N s").
+The next job starts a fresh worker.  Keeping one worker for many jobs avoids paying
+process start-up (imports of h5py, numpy, zarr) per file.
+
+Workers are fresh interpreters (``python -m refindex.isolate``) talking over a pair
+of pipes: never a fork of a caller that runs threads (event loops, dask), and unlike
+multiprocessing's spawn/forkserver they never re-import the caller's ``__main__``.
+
+API for batch callers: ``scan_isolated(source, timeout=..., **scan_kwargs) -> refs``,
+or a long-lived ``Worker`` passed as ``worker=`` to reuse one process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from typing import Any
+
+from . import errors
+from .errors import RefindexError
+
+DEFAULT_TIMEOUT = 600.0
+
+
+class WorkerCrashed(RefindexError):
+    """The worker process died while running a job (a crash inside libhdf5 or a codec)."""
+
+
+class WorkerTimeout(RefindexError):
+    """A job ran longer than its time limit; the worker was killed."""
+
+
+def _resolve(job: str):
+    """``"refindex.module:function"`` -> the function; only refindex's own functions may run."""
+    module, _, name = job.partition(":")
+    if not (module == "refindex" or module.startswith("refindex.")) or not name:
+        raise ValueError(f"not a refindex job: {job!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _serve(conn, memory_limit: int | None) -> None:
+    """Worker main loop: run (job, kwargs) messages until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    if memory_limit:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    while True:
+        try:
+            job, kwargs = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            result = ("ok", _resolve(job)(**kwargs))
+        except RefindexError as e:
+            result = ("error", type(e).__name__, e.reason, e.file, e.path, traceback.format_exc(), False)
+        except MemoryError:
+            result = ("error", "RefindexError", "out of memory (worker memory limit)", kwargs.get("source"),
+                      None, traceback.format_exc(), False)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+            # Not a RefindexError: a refindex bug rather than a bad file; flagged ``internal``.
+            result = ("error", "RefindexError", f"{type(e).__name__}: {e}", kwargs.get("source"), None,
+                      traceback.format_exc(), True)
+        try:
+            conn.send(result)
+        except Exception as e:  # result not picklable / too big: report that instead
+            conn.send(("error", "RefindexError", f"cannot return the result: {type(e).__name__}: {e}",
+                       kwargs.get("source"), None, traceback.format_exc(), True))
+
+
+def _rebuild(name: str, reason: str, file: str | None, path: str | None, trace: str,
+             internal: bool = False) -> RefindexError:
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, RefindexError)):
+        cls = globals().get(name) if name in ("WorkerCrashed", "WorkerTimeout") else RefindexError
+    err = cls(reason, file=file, path=path)
+    err.worker_traceback = trace  # shown by ``refindex --debug``
+    err.internal = internal
+    return err
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+class Worker:
+    """A reusable worker process; ``run`` is serialised (one job at a time)."""
+
+    def __init__(self, *, memory_limit: int | None = None):
+        self.memory_limit = memory_limit
+        self._proc = None
+        self._conn = None
+        self._lock = threading.Lock()
+        self.started = 0  # processes started so far (restarts after crash/timeout included)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        from multiprocessing.connection import Connection
+
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        cmd = [sys.executable, "-c", "import sys; from refindex.isolate import _worker_main; _worker_main(sys.argv[1:])",
+               str(to_child_r), str(from_child_w), str(self.memory_limit or 0)]
+        try:
+            proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, close_fds=True)
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._proc = proc
+        self._conn = _Duplex(Connection(from_child_r, writable=False), Connection(to_child_w, readable=False))
+        self.started += 1
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _kill(self) -> int | None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            try:
+                proc.wait(0.5)  # a crashing worker may still be dumping core
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        return proc.wait(10)
+
+    def close(self) -> None:
+        """Stop the worker (it exits when its pipe closes; killed if it does not)."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+    def run(self, job: str, kwargs: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
+            label: str | None = None) -> Any:
+        """Run ``job`` (``"refindex.module:function"``) with ``kwargs`` in the worker.
+
+        Returns its result, re-raises its RefindexError, or raises WorkerCrashed /
+        WorkerTimeout (the worker is then replaced on the next call).
+        """
+        label = label or (str(kwargs.get("source")) if kwargs.get("source") is not None else None)
+        with self._lock:
+            if not self._alive():
+                self._kill()
+                self._start()
+            try:
+                self._conn.send((job, kwargs))
+                ready = self._conn.poll(timeout)
+            except BaseException:
+                self._kill()
+                raise
+            if not ready:
+                self._kill()
+                raise WorkerTimeout(f"timed out after {timeout:g} s (worker killed)", file=label)
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                code = self._kill()
+                if code is not None and code < 0:
+                    raise WorkerCrashed(f"libhdf5 crashed (signal {-code}, {_signal_name(-code)})", file=label)
+                raise WorkerCrashed(f"worker process died (exit code {code})", file=label)
+        if msg[0] == "ok":
+            return msg[1]
+        raise _rebuild(*msg[1:])
+
+
+def selftest(kind: str, seconds: float = 3600.0) -> str:
+    """A job that misbehaves on purpose ("crash", "hang", "ok"): checks the isolation itself."""
+    import os
+    import time
+
+    if kind == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif kind == "hang":
+        time.sleep(seconds)
+    return kind
+
+
+def _scan_job(source: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Runs in the worker: the plain scan, plus its stats."""
+    from .api import scan
+
+    stats: dict[str, Any] = {}
+    refs = scan(source, stats=stats, **kwargs)
+    return refs, stats
+
+
+def scan_isolated(source: Any, *, timeout: float | None = None, worker: Worker | None = None,
+                  memory_limit: int | None = None, stats: dict[str, Any] | None = None,
+                  **kwargs: Any) -> dict[str, Any]:
+    """``refindex.scan(source, **kwargs)`` in a worker process; returns the refs dict.
+
+    ``timeout``: seconds before the worker is killed (default 600).  ``worker``: reuse a
+    :class:`Worker` across calls (else a fresh process is started and stopped).
+    ``memory_limit``: address-space limit of a fresh worker, in bytes.  Raises
+    RefindexError subclasses only: the scan's own, WorkerCrashed, WorkerTimeout.
+    """
+    kwargs.pop("isolate", None)
+    job_kwargs = {"source": str(source), **kwargs}
+    own = worker is None
+    w = worker or Worker(memory_limit=memory_limit)
+    try:
+        refs, job_stats = w.run("refindex.isolate:_scan_job", job_kwargs,
+                                timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
+    finally:
+        if own:
+            w.close()
+    if stats is not None:
+        stats.update(job_stats)
+    return refs
+
+
+class _Duplex:
+    """Two one-way pipe connections used as one."""
+
+    def __init__(self, r, w):
+        self.r, self.w = r, w
+
+    def send(self, obj: Any) -> None:
+        self.w.send(obj)
+
+    def recv(self) -> Any:
+        return self.r.recv()
+
+    def poll(self, timeout: float | None) -> bool:
+        return self.r.poll(timeout)
+
+    def close(self) -> None:
+        self.r.close()
+        self.w.close()
+
+
+def _worker_main(argv: list[str]) -> None:
+    from multiprocessing.connection import Connection
+
+    r, w, limit = int(argv[0]), int(argv[1]), int(argv[2])
+    import refindex.api  # noqa: F401  (pay imports once, before the first job)
+
+    _serve(_Duplex(Connection(r, writable=False), Connection(w, readable=False)), limit or None)

@@ -1,0 +1,471 @@
+"""Clean failures and safe outputs: bad inputs, isolation, atomic writes, provenance, security."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import refindex
+from refindex import safety, source as source_mod
+from refindex.cli import main as cli_main
+from refindex.errors import (NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError)
+from refindex.isolate import Worker, WorkerCrashed, WorkerTimeout, scan_isolated
+
+from conftest import consumer_open
+
+CORPUS = Path(os.environ.get("REFINDEX_CORPUS", "/work/shared/corpus"))
+
+
+def _simple(path: Path) -> Path:
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a", data=np.arange(1000, dtype="i4"), chunks=(100,), compression="gzip")
+        f.create_dataset("b", data=np.linspace(0, 1, 50))
+        f.create_dataset("small", data=np.arange(10, dtype="u1"))  # inlined (below the threshold)
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ bad inputs
+def test_not_hdf5_and_truncated_are_clean_errors(tmp_path):
+    text = tmp_path / "notes.h5"
+    text.write_text("hello, not HDF5\n" * 100)
+    with pytest.raises(NotHDF5Error) as e:
+        refindex.scan(str(text))
+    assert str(text) in str(e.value)
+    good = _simple(tmp_path / "good.h5")
+    data = good.read_bytes()
+    for cut in (8, 100, 600, len(data) // 2, len(data) - 10):
+        bad = tmp_path / f"cut{cut}.h5"
+        bad.write_bytes(data[:cut])
+        with pytest.raises(RefindexError) as e:
+            refindex.scan(str(bad))
+        assert e.value.file and str(bad) in str(e.value)
+
+
+def test_superblock_bit_flip_is_clean_error(tmp_path):
+    data = bytearray(_simple(tmp_path / "good.h5").read_bytes())
+    data[9] ^= 0xFF  # superblock version
+    bad = tmp_path / "flip.h5"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(RefindexError, match="flip.h5"):
+        refindex.scan(str(bad), isolate=True, timeout=30)
+
+
+def test_directory_and_missing_file(tmp_path):
+    with pytest.raises(SourceError, match="not found"):
+        refindex.scan(str(tmp_path / "nope.h5"))
+    with pytest.raises(SourceError):
+        refindex.scan(str(tmp_path))
+
+
+def test_cyclic_soft_links_do_not_hang(tmp_path):
+    p = tmp_path / "cycle.h5"
+    with h5py.File(p, "w") as f:
+        g = f.create_group("g")
+        g.create_dataset("x", data=np.arange(5))
+        f["a"] = h5py.SoftLink("/b")
+        f["b"] = h5py.SoftLink("/a")
+        g["up"] = h5py.SoftLink("/g")  # a group linking to itself
+        g["self"] = h5py.SoftLink("/g/self")
+    for convention in ("plain", "hdmf"):
+        refs = refindex.scan(str(p), isolate=True, timeout=30, convention=convention)
+        links = json.loads(refs["refs"][".zattrs"]).get("zarr_link", [])
+        assert {e["name"] for e in links} >= {"a", "b"}
+        np.testing.assert_array_equal(consumer_open(refs)["g/x"][:], np.arange(5))
+    assert refindex.verify(str(p), refs).ok
+
+
+def test_absurd_shape_is_indexed_without_allocating(tmp_path):
+    p = tmp_path / "huge.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("big", shape=(10**15,), maxshape=(None,), chunks=(1 << 20,), dtype="f8")
+    refs = scan_isolated(p, timeout=30, memory_limit=2 << 30)
+    z = consumer_open(refs)["big"]
+    assert z.shape == (10**15,) and z[123456789] == 0
+
+
+# ------------------------------------------------------------------ external files
+def test_missing_external_link_file(tmp_path):
+    p = tmp_path / "main.h5"
+    with h5py.File(p, "w") as f:
+        f["ext"] = h5py.ExternalLink("gone.h5", "/data")
+        f.create_dataset("x", data=[1, 2, 3])
+    refs = refindex.scan(str(p), follow_external=True)
+    link = json.loads(refs["refs"][".zattrs"])["zarr_link"][0]
+    assert link["source"] == "gone.h5" and "unresolved" in link["refindex_link_type"]
+    assert "not found" in refs["refindex"]["external"]["gone.h5"]["error"]
+
+
+def _external_storage(folder: Path, name: str, ext_name: str, values: np.ndarray) -> Path:
+    """A file whose dataset's raw data lives in ``ext_name`` (H5Pset_external), written from ``folder``."""
+    cwd = os.getcwd()
+    os.chdir(folder)  # libhdf5 resolves external storage names against the working directory
+    try:
+        with h5py.File(name, "w") as f:
+            f.create_dataset("x", shape=values.shape, dtype=values.dtype,
+                             external=[(ext_name, 0, values.nbytes)])[...] = values
+    finally:
+        os.chdir(cwd)
+    return folder / name
+
+
+def test_missing_external_storage_file(tmp_path):
+    p = _external_storage(tmp_path, "m.h5", "raw.bin", np.arange(10, dtype="i4"))
+    (tmp_path / "raw.bin").unlink()
+    with pytest.raises(RefindexError, match="missing"):
+        refindex.scan(str(p))
+
+
+def test_external_storage_escape_refused(tmp_path, monkeypatch):
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    values = np.arange(10, dtype="i4")
+    p = _external_storage(inner, "esc.h5", "../outside.bin", values)
+    with pytest.raises(UnsupportedError, match="outside the allowed root"):
+        refindex.scan(str(p))
+    skipped = refindex.scan(str(p), on_unsupported="skip")
+    assert "outside the allowed root" in skipped["refindex"]["skipped"][0]["reason"]
+    for kw in ({"allow_outside": True}, {"allowed_root": str(tmp_path)}):
+        refs = refindex.scan(str(p), **kw)
+        np.testing.assert_array_equal(consumer_open(refs)["x"][:], values)
+    q = _external_storage(inner, "abs.h5", str(tmp_path / "outside.bin"), values)
+    with pytest.raises(UnsupportedError, match="outside"):
+        refindex.scan(str(q))
+
+
+def test_external_link_escape_not_followed(tmp_path):
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f.create_dataset("data", data=np.arange(4))
+    p = inner / "main.h5"
+    with h5py.File(p, "w") as f:
+        f["ext"] = h5py.ExternalLink("../other.h5", "/data")
+    refs = refindex.scan(str(p), follow_external=True)
+    entry = refs["refindex"]["external"]["../other.h5"]
+    assert "outside the allowed root" in entry["error"] and "refs" not in entry
+    # libhdf5 was not even asked to open it
+    assert "unresolved" in json.loads(refs["refs"][".zattrs"])["zarr_link"][0]["refindex_link_type"]
+    refs = refindex.scan(str(p), follow_external=True, allow_outside=True)
+    assert "refs" in refs["refindex"]["external"]["../other.h5"]
+
+
+# ------------------------------------------------------------------ permissions and network
+def test_unreadable_file_permission_error(tmp_path):
+    folder = Path(__import__("tempfile").mkdtemp(prefix="refindex-perm-"))
+    try:
+        os.chmod(folder, 0o755)
+        p = _simple(folder / "secret.h5")
+        os.chmod(p, 0o000)
+        if os.geteuid() != 0:
+            with pytest.raises(SourceError, match="permission denied"):
+                refindex.scan(str(p))
+            return
+        # root reads anything: run the CLI as "nobody" instead of skipping.
+        code = ("import os, sys; os.setgid(65534); os.setuid(65534); from refindex.cli import main; "
+                "sys.exit(main(sys.argv[1:]))")
+        try:
+            r = subprocess.run([sys.executable, "-c", code, "scan", str(p), "-o", str(folder / "o.json")],
+                               capture_output=True, text=True, timeout=60, cwd="/")
+        except PermissionError:
+            pytest.skip("cannot switch to user nobody")
+        if "ModuleNotFoundError" in r.stderr or "Permission denied: '" + sys.executable in r.stderr:
+            pytest.skip(f"user nobody cannot run this interpreter: {r.stderr.strip()[-200:]}")
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "permission denied" in lines[0] and str(p) in lines[0], r.stderr
+        assert not (folder / "o.json").exists()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves one file with Range support; the first ``fail`` requests get 503."""
+
+    data = b""
+    fail = 0
+    seen = 0
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, head_only: bool) -> None:
+        cls = type(self)
+        cls.seen += 1
+        if cls.seen <= cls.fail:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data, status = cls.data, 200
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            start, end = int(a), (int(b) + 1 if b else len(data))
+            data, status = data[start:end], 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if not head_only:
+            self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(False)
+
+    def do_HEAD(self):
+        self._send(True)
+
+
+def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
+    monkeypatch.setattr(source_mod, "RETRY_BACKOFF", 0.01)
+    p = _simple(tmp_path / "web.h5")
+    handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 2, "seen": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/web.h5"
+        refs = refindex.scan(url)
+        assert handler.seen > 2  # the failures happened and were retried
+        with h5py.File(p) as f:
+            np.testing.assert_array_equal(refindex.open(refs)["a"][:], f["a"][()])
+        handler.fail, handler.seen = 10**6, 0  # now it never recovers: a clean error after the retries
+        with pytest.raises(SourceError):
+            refindex.scan(url)
+        # every attempt was retried, then it gave up (fsspec's http info may try HEAD and GET)
+        assert source_mod.RETRIES + 1 <= handler.seen <= 2 * (source_mod.RETRIES + 1)
+    finally:
+        server.shutdown()
+
+
+def test_unreachable_host_is_clean_error(monkeypatch):
+    monkeypatch.setattr(source_mod, "RETRY_BACKOFF", 0.01)
+    with pytest.raises(SourceError):
+        refindex.scan(f"http://127.0.0.1:{_free_port()}/x.h5")
+
+
+# ------------------------------------------------------------------ isolation
+def test_isolation_turns_crash_and_hang_into_errors():
+    with Worker() as w:
+        with pytest.raises(WorkerCrashed, match=r"libhdf5 crashed \(signal 11"):
+            w.run("refindex.isolate:selftest", {"kind": "crash"}, timeout=30)
+        assert w.run("refindex.isolate:selftest", {"kind": "ok"}, timeout=30) == "ok"  # restarted
+        with pytest.raises(WorkerTimeout, match="timed out after 0.5 s"):
+            w.run("refindex.isolate:selftest", {"kind": "hang"}, timeout=0.5)
+        assert w.run("refindex.isolate:selftest", {"kind": "ok"}, timeout=30) == "ok"
+        assert w.started == 3
+        with pytest.raises(RefindexError):
+            w.run("os:system", {"command": "true"}, timeout=30)  # only refindex's own jobs run
+
+
+def test_isolated_scan_equals_in_process(tmp_path):
+    p = _simple(tmp_path / "s.h5")
+    stats: dict = {}
+    assert scan_isolated(p, timeout=60, stats=stats) == refindex.scan(str(p))
+    assert "scan_seconds" in stats
+    with pytest.raises(NotHDF5Error):
+        scan_isolated(__file__, timeout=60)  # a Python file: the worker's error comes back as itself
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_one_line_error_and_debug_trace(tmp_path, capsys):
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
+    out = tmp_path / "o.json"
+    assert cli_main(["scan", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("refindex: error: ") and str(bad) in err[0]
+    assert not out.exists()
+    assert cli_main(["--debug", "scan", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("refindex: error: ")
+    assert cli_main(["--debug", "scan", str(bad), "-o", str(out), "--isolate", "--timeout", "60"]) == 2
+    err = capsys.readouterr().err
+    assert "in the worker process" in err and err.strip().splitlines()[-1].startswith("refindex: error: ")
+
+
+# ------------------------------------------------------------------ atomic writes
+@pytest.mark.parametrize("where", ["replace", "write"])
+def test_failed_write_keeps_old_index(tmp_path, monkeypatch, where):
+    p = _simple(tmp_path / "s.h5")
+    out = tmp_path / "s.refs.json"
+    refindex.scan_to_file(str(p), out)
+    old = out.read_bytes()
+    with h5py.File(p, "a") as f:
+        f.create_dataset("new", data=np.arange(3))
+
+    def boom(*a, **k):
+        raise OSError("disk on fire")
+
+    if where == "replace":
+        monkeypatch.setattr(os, "replace", boom)
+    else:
+        monkeypatch.setattr(os, "fsync", boom)  # fails after part of the data went to the temp file
+    with pytest.raises(OSError, match="disk on fire"):
+        refindex.scan_to_file(str(p), out)
+    monkeypatch.undo()
+    assert out.read_bytes() == old
+    assert json.loads(old)["refs"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.h5", "s.refs.json"]  # no temp file left
+
+
+def test_cli_failed_scan_leaves_existing_index(tmp_path):
+    p = _simple(tmp_path / "s.h5")
+    out = tmp_path / "s.refs.json"
+    assert cli_main(["scan", str(p), "-o", str(out)]) == 0
+    old = out.read_bytes()
+    p.write_bytes(p.read_bytes()[:300])  # the source got damaged
+    assert cli_main(["scan", str(p), "-o", str(out)]) == 2
+    assert out.read_bytes() == old
+    assert not [x for x in os.listdir(tmp_path) if x.startswith(".refindex-")]
+
+
+# ------------------------------------------------------------------ provenance
+def test_stale_index_detected_and_override(tmp_path, capsys):
+    p = _simple(tmp_path / "s.h5")
+    out = tmp_path / "s.refs.json"
+    refs = refindex.scan_to_file(str(p), out)
+    src = refs["refindex"]["source"]
+    assert src["url"] == str(p) and src["size"] == p.stat().st_size and "mtime" in src
+    assert "storage_options" not in refs["refindex"]["options"]
+    refindex.open(str(out))  # unchanged: fine
+    with h5py.File(p, "a") as f:  # rewritten in place: offsets may now point elsewhere
+        f["b"][...] = 7.0
+        f.create_dataset("c", data=np.arange(1000))
+    with pytest.raises(StaleIndexError, match="changed since it was indexed"):
+        refindex.open(str(out))
+    with pytest.raises(StaleIndexError):
+        refindex.verify(str(p), str(out))
+    assert refindex.open(str(out), check_source=False)["a"].shape == (1000,)
+    assert refindex.verify(str(p), str(out), check_source=False).ok is False  # "b" now differs
+    assert cli_main(["verify", str(p), str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "changed since it was indexed" in err[0]
+    assert cli_main(["verify", str(p), str(out), "--no-check-source"]) == 1  # compared, differs
+    # same size, new mtime: still stale
+    refs = refindex.scan(str(p))
+    os.utime(p, (1, 1))
+    with pytest.raises(StaleIndexError, match="mtime"):
+        refindex.open(refs)
+    # no provenance (another tool's index): not checked
+    del refs["refindex"]
+    refindex.open(refs)
+
+
+# ------------------------------------------------------------------ security
+def test_credentials_stripped_from_urls(tmp_path):
+    p = _simple(tmp_path / "s.h5")
+    refs = refindex.scan(str(p), url="https://alice:hunter2@example.org/data/s.h5")
+    text = json.dumps(refs)
+    assert "hunter2" not in text and "alice" not in text
+    assert refs["templates"]["u"] == "https://example.org/data/s.h5"
+    assert safety.strip_credentials("s3://bucket/key") == "s3://bucket/key"
+    assert safety.strip_credentials("/local/a@b.h5") == "/local/a@b.h5"
+
+
+def test_secret_check_refuses(tmp_path):
+    refs = {"templates": {"u": "s3://b/k"}, "refindex": {"options": {"note": "xyzSECRETxyz"}}, "refs": {}}
+    with pytest.raises(RefindexError, match="secret"):
+        safety.check_no_secrets(refs, {"secret": "xyzSECRETxyz"})
+    safety.check_no_secrets(refs, {"secret": "other-value"})
+
+
+def test_pickle_codec_refused():
+    refs = {"refs": {"x/.zarray": json.dumps({"compressor": None, "filters": [{"id": "pickle"}]}),
+                     "y/.zarray": json.dumps({"compressor": {"id": "zlib"}, "filters": None})}}
+    assert safety.unsafe_codecs(refs) == [("x/.zarray", "pickle")]
+    with pytest.raises(UnsupportedError, match="pickle"):
+        safety.check_codecs(refs)
+
+
+def test_inline_total_cap(tmp_path):
+    p = tmp_path / "many.h5"
+    with h5py.File(p, "w") as f:
+        for i in range(20):
+            f.create_dataset(f"s{i}", data=[os.urandom(300).hex()], dtype=h5py.string_dtype())
+    refindex.scan(str(p))
+    with pytest.raises(UnsupportedError, match="inline data, over the limit of 1000"):
+        refindex.scan(str(p), max_inline_total=1000)
+    assert cli_main(["scan", str(p), "-o", str(tmp_path / "o.json"), "--max-inline-total", "1k"]) == 2
+
+
+def _corpus_files() -> list[Path]:
+    manifest = CORPUS / "MANIFEST.tsv"
+    if not manifest.exists():
+        pytest.skip(f"shared corpus not found at {CORPUS} (set REFINDEX_CORPUS)")
+    rows = [line.split("\t") for line in manifest.read_text().splitlines()[1:] if line.strip()]
+    return [CORPUS / r[0] for r in rows if (CORPUS / r[0]).exists()]
+
+
+def test_no_unsafe_codec_in_any_corpus_output(tmp_path):
+    """Every index refindex makes of the corpus names only allowlisted codecs (never pickle)."""
+    checked = 0
+    for path in _corpus_files():
+        try:
+            refs = refindex.scan(str(path), on_unsupported="skip", follow_external=True)
+        except RefindexError:
+            continue
+        indexes = [refs] + [e["refs"] for e in (refs["refindex"].get("external") or {}).values() if "refs" in e]
+        for r in indexes:
+            assert safety.unsafe_codecs(r) == [], path
+            assert "pickle" not in json.dumps(r["refs"].get(".zmetadata", "")), path
+        checked += 1
+    assert checked >= 50
+    # files written by refindex itself: the demo/scan_to_file outputs go through the same check
+    out = tmp_path / "one.json"
+    refindex.scan_to_file(str(_corpus_files()[0]), out, on_unsupported="skip")
+    assert safety.unsafe_codecs(json.loads(out.read_text())) == []
+
+
+# ------------------------------------------------------------------ S3 (moto): etag staleness, secrets
+@pytest.fixture(scope="module")
+def s3():
+    moto_server = pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        opts = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "AKIAREFINDEXTEST", "secret": "sshh-very-secret"}
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("rel")
+        yield opts, fs
+    finally:
+        server.stop()
+
+
+def test_s3_etag_staleness_and_no_secrets(s3, tmp_path):
+    opts, fs = s3
+    p = _simple(tmp_path / "s.h5")
+    fs.put(str(p), "rel/s.h5")
+    refs = refindex.scan("s3://rel/s.h5", storage_options=opts)
+    text = json.dumps(refs)
+    assert "sshh-very-secret" not in text and "AKIAREFINDEXTEST" not in text
+    assert refs["refindex"]["source"].get("etag")
+    remote = {k: v for k, v in opts.items()}
+    refindex.open(refs, remote_options=remote)
+    data = bytearray(p.read_bytes())
+    data[-1] ^= 1  # same size, different content
+    fs.pipe("rel/s.h5", bytes(data))
+    with pytest.raises(StaleIndexError, match="etag"):
+        refindex.open(refs, remote_options=remote)
+    refindex.open(refs, remote_options=remote, check_source=False)
