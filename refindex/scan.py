@@ -21,6 +21,7 @@ import h5py
 import numpy as np
 
 from . import codecs
+from .compare import records_equal
 from .errors import RefindexError, UnsupportedError
 from .model import ArrayNode, ChunkTable, GroupNode, LinkNode, Tree, join
 
@@ -58,6 +59,10 @@ class ScanOptions:
     allowed_root: str | None = None
     allow_outside: bool = False
     max_inline_total: int | None = 256 * MiB  # inline bytes of the whole index
+    # Decode the first referenced chunk of every dataset and compare it with libhdf5's
+    # values (catches chunk indexes that disagree with libhdf5's reads in damaged files).
+    # None: on for local files, off for remote ones (it costs a request per dataset).
+    check_sample: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -482,7 +487,34 @@ class Scanner:
         if stored < nbytes:
             raise self.fail(node.path, f"contiguous storage holds {stored} bytes, expected {nbytes}")
         self._split_contiguous(node, self.url, int(offset), nbytes, itemsize, None)
+        if self._want_sample_check() and not self._contiguous_agrees(d, node, nd, int(offset)):
+            node.refs = None
+            node.inline.clear()
+            return self._inline_decoded(d, node, codecs.DTypePlan(node.dtype, True, node.kind, numpy_dtype=nd),
+                                        "stored bytes differ from what libhdf5 reads (damaged layout message?)")
         return node
+
+    def _contiguous_agrees(self, d: h5py.Dataset, node: ArrayNode, nd: np.dtype, offset: int) -> bool:
+        """Compare the first rows (up to 64 KiB) of contiguous storage with libhdf5's values."""
+        shape = node.shape
+        row = nd.itemsize * int(np.prod(shape[1:], dtype=np.int64)) if shape else nd.itemsize
+        if row > 16 * MiB:
+            return True  # too large to sample cheaply
+        rows = max(1, min(shape[0], (64 << 10) // max(row, 1))) if shape else 1
+        raw = self._read_file(None, offset, rows * row)
+        strpad = codecs.string_padding(d.id.get_type())
+        try:
+            buf: Any = raw
+            for codec in reversed(codecs.codec_pipeline([strpad] if strpad else None, None)):
+                buf = codec.decode(buf)
+            got = np.frombuffer(bytes(buf), dtype=nd)
+        except Exception:
+            return False
+        try:
+            want = np.asarray(d[:rows] if shape else d[()])
+        except Exception:
+            return True  # libhdf5 cannot convert these values: nothing to compare the bytes with
+        return records_equal(want.reshape(-1) if want.ndim else want.reshape(1), got.reshape(-1)[: want.size])
 
     def _split_contiguous(self, node: ArrayNode, url: str | None, offset: int, nbytes: int, itemsize: int,
                           file_size: int | None) -> None:
@@ -572,7 +604,36 @@ class Scanner:
             _mask, raw = dsid.read_direct_chunk(origin)
             node.inline[chunk_key(coord)] = bytes(raw)
         node.refs = table.take(~(odd | small))
+        if self._want_sample_check() and len(node.refs):
+            coord = node.refs.coords[0]
+            raw = self._read_file(None, int(node.refs.offsets[0]), int(node.refs.sizes[0]))
+            if not self._chunk_agrees(d, node, nd, coord, raw):
+                node.inline.clear()
+                node.refs = None
+                return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values than libhdf5 "
+                                            "reads (damaged chunk index?)")
         return node
+
+    def _want_sample_check(self) -> bool:
+        opt = self.opts.check_sample
+        return ("://" not in self.label) if opt is None else bool(opt)
+
+    def _chunk_agrees(self, d: h5py.Dataset, node: ArrayNode, nd: np.dtype, coord, raw: bytes) -> bool:
+        """Does ``raw`` (one chunk as stored) decode with the array's pipeline to libhdf5's values?"""
+        ndim = len(d.shape)
+        try:
+            buf: Any = raw
+            for codec in reversed(codecs.codec_pipeline(node.filters, node.compressor)):
+                buf = codec.decode(buf)
+            got = np.frombuffer(bytes(buf), dtype=nd).reshape(node.chunks)
+        except Exception:
+            return False
+        sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
+        try:
+            want = np.asarray(d[sel])
+        except Exception:
+            return True  # libhdf5 cannot convert these values: nothing to compare the bytes with
+        return records_equal(want, got[tuple(slice(0, x.stop - x.start) for x in sel)])
 
     def _unfiltered_edge_chunks(self, d, node: ArrayNode, table: ChunkTable, chunk_nbytes: int, nd) -> np.ndarray:
         """Partial edge chunks stored without filters (H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS).
@@ -591,24 +652,11 @@ class Scanner:
         cands = np.nonzero(partial & (table.sizes == np.uint64(chunk_nbytes)))[0]
         if not len(cands):
             return flags
-        chain = codecs.codec_pipeline(node.filters, node.compressor)
         for i in cands:
             coord = table.coords[i]
             origin = tuple(int(c) * s for c, s in zip(coord[:ndim], node.chunks))
             raw = bytes(d.id.read_direct_chunk(origin)[1])  # through h5py's own (cached) reads
-            try:
-                buf = raw
-                for codec in reversed(chain):
-                    buf = codec.decode(buf)
-                got = np.frombuffer(bytes(buf), dtype=nd).reshape(node.chunks)
-            except Exception:
-                flags[i] = True
-                continue
-            sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
-            want = d[sel]
-            have = got[tuple(slice(0, x.stop - x.start) for x in sel)]
-            if want.tobytes() != np.ascontiguousarray(have).tobytes():
-                flags[i] = True
+            flags[i] = not self._chunk_agrees(d, node, nd, coord, raw)
         return flags
 
     def _chunk_table(self, d: h5py.Dataset, ndim: int, chunks, extra) -> tuple[ChunkTable, np.ndarray]:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import h5py
 import numpy as np
 
+from .compare import leaf_equal, records_equal
 from .errors import RefindexError
 
 try:
@@ -87,25 +88,6 @@ def dataset_names(f: h5py.File) -> Iterator[tuple[str, h5py.Dataset, str]]:
                     stack.append((child, obj))
 
 
-def _leaf_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b)
-    if a.shape != b.shape:
-        return False
-    if a.dtype.names:
-        return all(_leaf_equal(a[n], b[n]) for n in a.dtype.names)
-    if a.dtype.subdtype is not None or b.dtype.subdtype is not None:
-        return a.tobytes() == b.tobytes()
-    if a.dtype.kind in "fc" and a.dtype != b.dtype:
-        b = b.astype(a.dtype)
-    elif a.dtype != b.dtype and a.dtype.kind in "iub":
-        if not np.can_cast(b.dtype, a.dtype, "same_kind"):
-            return False
-        b = b.astype(a.dtype)
-    return a.astype(a.dtype.newbyteorder("=")).tobytes() == b.astype(a.dtype.newbyteorder("=")).tobytes() \
-        if a.dtype.kind in "iufcb" else a.tobytes() == b.tobytes()
-
-
 def _text(v: Any) -> str:
     if isinstance(v, (bytes, np.bytes_)):
         try:
@@ -163,18 +145,7 @@ class _Comparer:
                 if not ok:
                     return False
             return True
-        return _records_equal(h, z)
-
-
-def _records_equal(h: np.ndarray, z: np.ndarray) -> bool:
-    """Field-by-field equality; sub-array fields stored as nested records compare by bytes."""
-    if h.dtype.names:
-        if not z.dtype.names or any(n not in z.dtype.names for n in h.dtype.names):
-            return False
-        return all(_records_equal(h[n], z[n]) for n in h.dtype.names)
-    if z.dtype.names:
-        return np.ascontiguousarray(h).tobytes() == np.ascontiguousarray(z).tobytes()
-    return _leaf_equal(h, z)
+        return records_equal(h, z)
 
 
 def _plain(v: Any) -> Any:
