@@ -154,7 +154,16 @@ def _follow_external(refs: dict[str, Any], read_url: str, chunk_url: str, kwargs
 
 
 def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
-    """Scan ``source`` and write the index to ``output`` atomically; returns the refs."""
+    """Scan ``source`` and write the index to ``output`` atomically; returns the refs.
+
+    ``format="parquet"``: write a parquet folder instead (see :func:`scan_to_parquet`,
+    whose summary is returned).
+    """
+    fmt = kwargs.pop("format", "json")
+    if fmt == "parquet":
+        return scan_to_parquet(source, output, **kwargs)
+    if fmt != "json":
+        raise RefindexError(f"unknown output format {fmt!r} (json or parquet)", file=os.fspath(output))
     refs = scan(source, **kwargs)
     if kwargs.get("follow_external"):
         _write_external(refs, output)

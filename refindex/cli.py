@@ -1,4 +1,4 @@
-"""Command line: ``refindex scan|verify|info|schema|demo``."""
+"""Command line: ``refindex scan|batch|verify|info|schema|demo``."""
 
 from __future__ import annotations
 
@@ -138,6 +138,29 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_batch(args: argparse.Namespace) -> int:
+    from .batch import run_batch
+
+    scan_kwargs: dict[str, Any] = {"convention": args.convention, "on_unsupported": args.on_unsupported}
+    if args.record_size:
+        scan_kwargs["record_size"] = args.record_size
+    report = run_batch(args.inputs, output=args.output, workers=args.workers,
+                       dask=args.dask_scheduler or ("local" if args.dask else None), force=args.force,
+                       format=args.format, storage_options=args.storage_options, progress=not args.no_progress,
+                       manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
+                       concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
+                       check=args.check, **scan_kwargs)
+    for r in report.failed:
+        print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
+    for r in report.check_failed:
+        for d in (r.check or {}).get("differences", []):
+            print(f"check {r.source}: {d['path']}: {d['message']}", file=sys.stderr)
+    print(report.summary(), file=sys.stderr)
+    if report.combined:
+        print(f"combined index: {report.combined}", file=sys.stderr)
+    return EXIT_OK if report.ok else EXIT_DIFFERENT
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -200,6 +223,34 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto",
                    help="when scanning an HDF5 file")
     z.set_defaults(func=cmd_schema)
+
+    b = sub.add_parser("batch", help="index many files (list, glob or @list.txt); resumable, parallel",
+                       description="Exit code 0: all inputs indexed or up to date (and following --check); "
+                       "1: some failed (see manifest).")
+    b.add_argument("inputs", nargs="+", help="paths/URLs, globs ('s3://bucket/**/*.nwb') or @file-of-urls.txt")
+    b.add_argument("-o", "--output", help="folder/URL prefix for indexes, mirroring the input tree "
+                   "(default: beside each input)")
+    b.add_argument("--manifest", help="manifest path (.jsonl or .parquet; default: refindex-manifest.jsonl in "
+                   "the output or the inputs' common folder)")
+    b.add_argument("--format", choices=["json", "parquet"], default="json")
+    b.add_argument("--record-size", type=int, help="references per parquet file (--format parquet)")
+    b.add_argument("--workers", type=int, help="local worker processes (default: cores; 0: in this process)")
+    b.add_argument("--dask-scheduler", metavar="ADDRESS", help="run on a Dask cluster (tcp://host:8786)")
+    b.add_argument("--dask", action="store_true", help="run on a local Dask cluster of --workers processes")
+    b.add_argument("--force", action="store_true", help="rescan inputs whose index is up to date")
+    b.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON (inputs and outputs)")
+    b.add_argument("--timeout", type=float, help="seconds per file before its worker is killed (default 600)")
+    b.add_argument("--isolate", action="store_true", help="with Dask or --workers 0: scan each file in a subprocess")
+    b.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto")
+    b.add_argument("--on-unsupported", choices=["error", "skip"], default="error")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--combine", metavar="OUT.json", help="also merge all indexes into one (kerchunk MultiZarrToZarr; "
+                   "netCDF-style datasets split along --concat-dim)")
+    b.add_argument("--concat-dim", action="append", help="dimension to concatenate along (default: time; repeatable)")
+    b.add_argument("--identical-dim", action="append", help="coordinate equal in every file (repeatable)")
+    b.add_argument("--check", metavar="TEMPLATE.json",
+                   help="check every index against a Zarr Object Model template (see `refindex schema`)")
+    b.set_defaults(func=cmd_batch)
 
     d = sub.add_parser("demo", help="build an example NWB file, index it and read it back")
     d.add_argument("--dir", help="folder for the example files (default: a temporary folder)")

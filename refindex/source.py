@@ -4,8 +4,10 @@ Local files are opened by path (libhdf5's own I/O is fastest there).  Remote fil
 through fsspec behind :class:`BlockCache`, a read cache shaped for how libhdf5 reads
 metadata: many small reads scattered over the file, each waiting for the previous one.
 Blocks are kept for the whole scan (metadata is re-read often, the file is never
-re-read twice by a scan), adjacent missing blocks are fetched in one request, and
-every request and byte is counted so ``refindex scan --stats`` can report them.
+re-read twice by a scan), adjacent missing blocks are fetched in one request, head and
+tail of the file are fetched together on open, :mod:`refindex.prefetch` batches the
+scattered rest a tree level at a time, and every request, round trip and byte is
+counted so ``refindex scan --stats`` can report them.
 """
 
 from __future__ import annotations
@@ -35,10 +37,7 @@ _TRANSIENT_NAMES = {"ClientConnectorError", "ServerDisconnectedError", "ClientOS
 
 def is_transient(e: BaseException) -> bool:
     """A failure worth retrying: connection drops, timeouts, throttling and 5xx responses."""
-    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
-        return False
-    if isinstance(e, (ConnectionError, TimeoutError)):
-        return True
+    # fsspec's http reports any failed request as FileNotFoundError: look at the cause too.
     for x in (e, e.__cause__, e.__context__):
         if x is None:
             continue
@@ -47,6 +46,10 @@ def is_transient(e: BaseException) -> bool:
         status = getattr(x, "status", None) or getattr(x, "code", None)
         if isinstance(status, int) and (status == 429 or 500 <= status < 600):
             return True
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    if isinstance(e, (ConnectionError, TimeoutError)):
+        return True
     text = str(e)
     return any(s in text for s in ("SlowDown", "Throttl", "503 Service", "Service Unavailable"))
 
@@ -67,9 +70,11 @@ class ReadStats:
     requests: int = 0
     bytes_fetched: int = 0
     seconds: float = 0.0
+    round_trips: int = 0  # waits: concurrent requests count once
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "bytes_fetched": self.bytes_fetched, "fetch_seconds": round(self.seconds, 4)}
+        return {"requests": self.requests, "round_trips": self.round_trips, "bytes_fetched": self.bytes_fetched,
+                "fetch_seconds": round(self.seconds, 4)}
 
 
 @dataclass
@@ -87,7 +92,10 @@ class CacheOptions:
     bytes fetched at the end on open, in parallel with ``first_read`` (libhdf5 writes
     metadata flushed at close there).  ``neighbours``: extra blocks fetched on each side
     of a miss.  ``max_gap``: missing blocks separated by at most this many cached bytes
-    are still fetched in one request.
+    are still fetched in one request.  ``prefetch_metadata``: before the scan, walk the
+    group tree level by level and fetch each level's object headers, group B-trees, heaps
+    and chunk B-tree roots in concurrent batches (see :mod:`refindex.prefetch`), instead
+    of one round trip per scattered structure during the scan.
     """
 
     block_size: int = 64 << 10
@@ -95,6 +103,7 @@ class CacheOptions:
     tail_read: int = 1 << 20
     neighbours: int = 1
     max_gap: int = 0
+    prefetch_metadata: bool = True
 
 
 class BlockCache(io.RawIOBase):
@@ -166,6 +175,14 @@ class BlockCache(io.RawIOBase):
         off = start - first * bs
         return buf[off : off + (end - start)]
 
+    def prefetch(self, offsets: list[int]) -> None:
+        """Fetch the blocks holding ``offsets`` (with neighbours) that are not cached yet, at once."""
+        bs = self.opts.block_size
+        with self._lock:
+            missing = sorted({o // bs for o in offsets if 0 <= o < self.size} - self.blocks.keys())
+            if missing:
+                self._fetch_blocks(missing)
+
     def _fetch_blocks(self, missing: list[int]) -> None:
         """Fetch ``missing`` blocks and their uncached neighbours; runs in one round trip."""
         bs = self.opts.block_size
@@ -209,6 +226,7 @@ class BlockCache(io.RawIOBase):
             where = ", ".join(f"{a}-{b}" for a, b in ranges)
             raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
         self.stats.seconds += time.perf_counter() - t0
+        self.stats.round_trips += 1
         for (start, end), data in zip(ranges, datas):
             self.stats.requests += 1
             self.stats.bytes_fetched += len(data)
@@ -311,6 +329,10 @@ def open_source(
         h5 = h5py.File(raw, "r")
     except OSError as e:
         raise NotHDF5Error(f"h5py cannot open it: {e}", file=url) from e
+    if raw.opts.prefetch_metadata:
+        from .prefetch import prefetch_tree
+
+        prefetch_tree(h5, raw)
     try:
         yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path)
     finally:

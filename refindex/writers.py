@@ -122,7 +122,9 @@ def to_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
         refs[".zmetadata"] = _meta(consolidated(meta))
     for key, value in chunk_refs(tree, templates):
         refs[key] = value
-    out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": templates, "refs": dict(sorted(refs.items()))}
+    # Deterministic without sorting every chunk key: metadata sorted, then arrays in path
+    # order with their chunks in chunk-index order (the same file lists them the same way).
+    out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": templates, "refs": refs}
     out["refindex"] = tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {})
     return out
 

@@ -44,6 +44,28 @@ def index(path, **kw):
     return _roundtrip(refindex.scan(str(path), **kw))
 
 
+_OPEN_IOS: list = []
+
+
+@pytest.fixture(autouse=True)
+def _close_zarr_ios():
+    """Close every NWBZarrV2IO a test opened and collect garbage here, on the main thread.
+
+    Left to the garbage collector, hdmf-zarr's clean-up can run inside zarr's event-loop
+    thread during a later read and wait on that same loop: the next test would hang.
+    """
+    start = len(_OPEN_IOS)  # ios of wider-scoped fixtures (set up before this) stay open
+    yield
+    import gc
+
+    while len(_OPEN_IOS) > start:
+        try:
+            _OPEN_IOS.pop().close()
+        except Exception:
+            pass
+    gc.collect()
+
+
 def consumer_read(refs):
     """The consumer path of the issue; returns (io, nwbfile, warnings raised while reading)."""
     with warnings.catch_warnings(record=True) as caught:
@@ -51,6 +73,7 @@ def consumer_read(refs):
         fs = fsspec.filesystem("reference", fo=refs, asynchronous=True)
         store = zarr.storage.FsspecStore(fs, read_only=True, path="")
         io = NWBZarrV2IO(path=store, mode="r")
+        _OPEN_IOS.append(io)
         nwb = io.read()
     return io, nwb, [f"{w.category.__name__}: {w.message}" for w in caught]
 

@@ -311,3 +311,35 @@ def test_bad_template_is_a_clear_error(tmp_path):
         refindex.check({"shape": [1], "dtype": "<i4"}, str(path))
     with pytest.raises(refindex.RefindexError, match="neither an HDF5 file nor a reference index"):
         refindex.object_model(str(bad))
+
+
+def test_batch_check_records_template_results_in_the_manifest(tmp_path):
+    """`refindex batch --check TEMPLATE.json`: each index is checked, results land in the manifest."""
+    import json
+
+    import h5py
+    import numpy as np
+
+    from refindex.batch import run_batch
+    from refindex.cli import main
+
+    good = tmp_path / "good.h5"
+    bad = tmp_path / "bad.h5"
+    for path, dtype in ((good, "f8"), (bad, "i4")):
+        with h5py.File(path, "w") as f:
+            f.create_dataset("acq/raw", data=np.zeros((10, 3), dtype=dtype))
+            f["acq/raw"].attrs["units"] = "V"
+    template = tmp_path / "template.json"
+    template.write_text(json.dumps(refindex.object_model(refindex.scan(str(good)))))
+
+    report = run_batch([str(good), str(bad)], workers=0, progress=False, check=str(template))
+    by_name = {r.source.rsplit("/", 1)[-1]: r for r in report.results}
+    assert by_name["good.h5"].check == {"ok": True, "differences": []}
+    assert not by_name["bad.h5"].check["ok"]
+    assert [d["path"] for d in by_name["bad.h5"].check["differences"]] == ["/acq/raw"]
+    assert not report.ok and [r.source for r in report.check_failed] == [str(bad)]
+    rows = [json.loads(line) for line in open(report.manifest)]
+    assert {r["source"].rsplit("/", 1)[-1]: r["check"]["ok"] for r in rows} == {"good.h5": True, "bad.h5": False}
+
+    # A re-run (everything up to date) still checks, and the CLI exits 1 naming the path.
+    assert main(["batch", str(good), str(bad), "--workers", "0", "--no-progress", "--check", str(template)]) == 1

@@ -1,0 +1,161 @@
+"""P1: scanning a local file with very many chunks — refindex vs kerchunk vs the chunk_iter floor.
+
+Figures per tool (each in its own process): wall time, peak RSS, index size and bytes per
+chunk.  ``dset.id.chunk_iter`` alone (libhdf5 listing the chunks, nothing else) is the
+floor no indexer can beat.  Defaults are small (200x1000: 50,000 chunks); ``--rows 2000``
+gives the 500,000-chunk file of the issue (what ``make bench`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import child_main, path_size, run_child, table, timed, verdict  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+# ------------------------------------------------------------------ measurements (child side)
+def child_floor(src: str) -> dict[str, Any]:
+    import h5py
+
+    with h5py.File(src, "r") as f:
+        d = f["data"]
+        n = [0]
+
+        def cb(_info) -> None:
+            n[0] += 1
+
+        _, sec = timed(lambda: d.id.chunk_iter(cb))
+    return {"seconds": sec, "chunks": n[0]}
+
+
+def child_refindex(src: str, out: str, fmt: str = "json", inline: str = "0") -> dict[str, Any]:
+    import refindex.api as api
+
+    kw: dict[str, Any] = {} if fmt == "json" else {"format": fmt}
+    if inline != "default":
+        kw["inline_threshold"] = int(inline)
+    _, sec = timed(lambda: api.scan_to_file(src, out, **kw))
+    return {"seconds": sec, "bytes": path_size(out)}
+
+
+def child_kerchunk(src: str, out: str, inline: str = "0") -> dict[str, Any]:
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    def go() -> None:
+        refs = SingleHdf5ToZarr(src, src, inline_threshold=int(inline)).translate()
+        with open(out, "w") as fh:
+            json.dump(refs, fh)
+
+    _, sec = timed(go)
+    return {"seconds": sec, "bytes": path_size(out)}
+
+
+def child_baseline() -> dict[str, Any]:
+    """Peak RSS of an interpreter that merely imported the tools (what every figure includes)."""
+    import h5py  # noqa: F401
+    import kerchunk.hdf  # noqa: F401
+    import zarr  # noqa: F401
+
+    import refindex  # noqa: F401
+
+    return {"seconds": 0.0}
+
+
+CHILDREN = {"floor": child_floor, "refindex": child_refindex, "kerchunk": child_kerchunk, "baseline": child_baseline}
+
+
+# ------------------------------------------------------------------ driver (parent side)
+def parquet_available() -> bool:
+    import refindex.api as api
+
+    return "format" in inspect.signature(api.scan_to_file).parameters or os.path.exists(
+        os.path.join(os.path.dirname(api.__file__), "parquet.py"))
+
+
+def run(rows: int, cols: int, chunk: int, timeout: float) -> str:
+    from datafiles import many_chunks
+
+    src = str(many_chunks(rows, cols, chunk))
+    nchunks = -(-rows // chunk) * -(-cols // chunk)
+    base = os.path.join(OUT, f"p1_{rows}x{cols}")
+    me = os.path.abspath(__file__)
+    res: dict[str, dict[str, Any]] = {}
+    res["baseline"] = run_child(me, "baseline", [], timeout)
+    res["floor"] = run_child(me, "floor", [src], timeout)
+    res["refindex json"] = run_child(me, "refindex", [src, base + ".refindex.json"], timeout)
+    res["refindex json, default inlining"] = run_child(
+        me, "refindex", [src, base + ".refindex-inline.json", "json", "default"], timeout)
+    if parquet_available():
+        res["refindex parquet"] = run_child(me, "refindex", [src, base + ".refindex.parquet", "parquet"], timeout)
+    else:
+        res["refindex parquet"] = {"status": "n/a"}
+    res["kerchunk"] = run_child(me, "kerchunk", [src, base + ".kerchunk.json"], timeout)
+
+    rows_out = []
+    for name, r in res.items():
+        ok = r.get("status") == "ok"
+        b = r.get("bytes")
+        rows_out.append([name, r.get("status") if not ok else "ok", r.get("seconds") if ok else None,
+                         r.get("peak_rss_mb"), b, (b / nchunks) if b else None, r.get("error", "")])
+    txt = [f"### P1 local scan: {rows}x{cols} float32, {chunk}x{chunk} gzip chunks ({nchunks:,} chunks)", "",
+           "Reference indexes (inline threshold 0 for both tools: these ~30-byte chunks would otherwise "
+           "all be copied in; the 'default inlining' row shows that). 'floor' is `dset.id.chunk_iter` "
+           "alone; 'baseline' an interpreter that only imported the tools.", "",
+           table(["tool", "status", "wall s", "peak RSS MB", "index bytes", "bytes/chunk", "note"], rows_out), ""]
+    ri, kc, fl, pq = res["refindex json"], res["kerchunk"], res["floor"], res["refindex parquet"]
+    checks = []
+    if ri.get("status") == "ok" and fl.get("status") == "ok":
+        ratio = ri["seconds"] / fl["seconds"]
+        checks.append(f"- refindex / chunk_iter time: {ratio:.2f}x (target <= 1.5x): {verdict(ratio <= 1.5)}")
+    if ri.get("status") == "ok" and kc.get("status") == "ok":
+        sp = kc["seconds"] / ri["seconds"]
+        rss = ri["peak_rss_mb"] / kc["peak_rss_mb"]
+        checks.append(f"- kerchunk / refindex time: {sp:.1f}x faster (target >= 5x): {verdict(sp >= 5)}")
+        checks.append(f"- refindex / kerchunk peak RSS: {rss:.0%} (target <= 40%): {verdict(rss <= 0.4)}")
+        b0 = res["baseline"].get("peak_rss_mb")
+        if b0 and kc["peak_rss_mb"] > b0:
+            above = (ri["peak_rss_mb"] - b0) / (kc["peak_rss_mb"] - b0)
+            checks.append(f"  (above the {b0:.0f} MB import baseline: {above:.0%})")
+    elif ri.get("status") == "ok":
+        checks.append(f"- kerchunk: {kc.get('status')} ({kc.get('error', '')}); no ratio")
+    if ri.get("status") == "ok":
+        bpc = ri["bytes"] / nchunks
+        checks.append(f"- refindex JSON bytes/chunk: {bpc:.1f} (target <= 30): {verdict(bpc <= 30)}")
+    if pq.get("status") == "ok":
+        bpc = pq["bytes"] / nchunks
+        checks.append(f"- refindex parquet bytes/chunk: {bpc:.1f} (target <= 10): {verdict(bpc <= 10)}")
+    else:
+        checks.append(f"- refindex parquet: {pq.get('status')} {pq.get('error', '')}".rstrip())
+    txt += checks + [""]
+    return "\n".join(txt)
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    if child_main(CHILDREN, argv):
+        return ""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", type=int, default=200)
+    p.add_argument("--cols", type=int, default=1000)
+    p.add_argument("--chunk", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=600, help="seconds before a tool counts as hung")
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    text = run(a.rows, a.cols, a.chunk, a.timeout)
+    print(text)
+    print(f"(P1 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""P2: indexing a pynwb file that sits on a slow object store (the loopback latency store).
+
+Figures per tool (each in its own process): wall time, requests and bytes the store served.
+Compared: refindex (its BlockCache; also with the cache settings before issue #4),
+kerchunk with fsspec's recommended settings (``default_cache_type="first"``,
+``default_fill_cache=False``), and a plain h5py walk (attributes, dataset metadata and
+every chunk location via ``chunk_iter``) over an fsspec file with the 'first', 'readahead'
+and 8 MiB 'blockcache' caches.  Defaults are small (30,000 samples, 50 frames, ~10 MB);
+``--samples 300000 --frames 850`` is the ~120 MB file of the issue (what ``make bench`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import child_main, run_child, table, timed, verdict  # noqa: E402
+from latency_store import LatencyStore, http_storage_options  # noqa: E402
+
+MiB = 1 << 20
+OLD_CACHE = {"block_size": MiB, "first_read": 4 * MiB, "tail_read": 0, "neighbours": 0, "max_gap": 0,
+             "prefetch_metadata": False}
+
+
+# ------------------------------------------------------------------ measurements (child side)
+def child_refindex(url: str, cache_json: str = "{}") -> dict[str, Any]:
+    import refindex
+    from refindex.source import CacheOptions
+
+    stats: dict[str, Any] = {}
+    cache = CacheOptions(**json.loads(cache_json))
+    so = http_storage_options()  # imports aiohttp: import time is not what is measured
+    refs, sec = timed(lambda: refindex.scan(url, storage_options=so, cache=cache, stats=stats))
+    return {"seconds": sec, "keys": len(refs["refs"]), "own_stats": stats}
+
+
+def child_kerchunk(url: str) -> dict[str, Any]:
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    import fsspec
+
+    so = http_storage_options()
+
+    def go() -> dict[str, Any]:
+        # fsspec's recommended settings for kerchunk (default_cache_type="first",
+        # default_fill_cache=False) are s3fs/gcsfs options; the http filesystem takes them per file.
+        fs = fsspec.filesystem("http", **so)
+        with fs.open(url, "rb", cache_type="first") as fh:
+            return SingleHdf5ToZarr(fh, url, inline_threshold=256).translate()
+
+    refs, sec = timed(go)
+    return {"seconds": sec, "keys": len(refs["refs"])}
+
+
+def h5py_walk(f) -> int:
+    """What any index needs from libhdf5: every attribute, dataset layout and chunk location."""
+    import h5py
+
+    n = [0]
+
+    def visit(_name: str, obj: Any) -> None:
+        for k in obj.attrs:
+            try:
+                obj.attrs[k]
+            except (OSError, TypeError):
+                pass
+        if isinstance(obj, h5py.Dataset):
+            obj.dtype, obj.shape, obj.compression
+            if obj.chunks is not None:
+                obj.id.chunk_iter(lambda _i: n.__setitem__(0, n[0] + 1))
+        n[0] += 1
+
+    f.visititems(visit)
+    return n[0]
+
+
+def child_h5py(url: str, cache_type: str, block_size: str = "0") -> dict[str, Any]:
+    import fsspec
+    import h5py
+
+    so = http_storage_options()
+
+    def go() -> int:
+        fs = fsspec.filesystem("http", **so)
+        kw = {"block_size": int(block_size)} if int(block_size) else {}
+        with fs.open(url, "rb", cache_type=cache_type, **kw) as fh, h5py.File(fh, "r") as f:
+            return h5py_walk(f)
+
+    n, sec = timed(go)
+    return {"seconds": sec, "objects": n}
+
+
+CHILDREN = {"refindex": child_refindex, "kerchunk": child_kerchunk, "h5py": child_h5py}
+
+
+# ------------------------------------------------------------------ driver (parent side)
+def _own(r: dict[str, Any]) -> str:
+    """refindex's own count: its GETs and how many serial waits they took."""
+    st = r.get("own_stats")
+    return f"{st['requests']} GETs in {st['round_trips']} round trips" if st and "round_trips" in st else ""
+
+
+def run(samples: int, frames: int, latency: float, bandwidth: float, timeout: float) -> str:
+    from datafiles import nwb
+
+    path = nwb(samples=samples, frames=frames)
+    size = path.stat().st_size
+    me = os.path.abspath(__file__)
+    cases = [
+        ("refindex", "refindex", []),
+        ("refindex, cache before #4", "refindex", [json.dumps(OLD_CACHE)]),
+        ("kerchunk (fsspec 'first')", "kerchunk", []),
+        ("h5py + fsspec 'first'", "h5py", ["first"]),
+        ("h5py + fsspec 'readahead'", "h5py", ["readahead"]),
+        ("h5py + fsspec 8 MiB 'blockcache'", "h5py", ["blockcache", str(8 * MiB)]),
+    ]
+    res: dict[str, dict[str, Any]] = {}
+    with LatencyStore(path.parent, latency, bandwidth) as store:
+        url = store.url(path.name)
+        for label, child, extra in cases:
+            store.reset()
+            r = run_child(me, child, [url, *extra], timeout)
+            r.update(store.counts())
+            res[label] = r
+    rows = []
+    for label, r in res.items():
+        ok = r["status"] == "ok"
+        rows.append([label, r["status"], r.get("seconds") if ok else None, r["requests"],
+                     round(r["bytes"] / 1e6, 2), r.get("error") or _own(r)])
+    head = (f"### P2 remote index: pynwb file of {size / 1e6:.0f} MB on the latency store "
+            f"({latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)")
+    txt = [head, "", table(["tool", "status", "wall s", "requests", "MB fetched", "note"], rows), "",
+           "Wall time excludes imports. Requests include the HEAD that finds the file size. h5py rows walk attributes, dataset "
+           "metadata and chunk locations only (less work than an index: no inline values).", ""]
+    ri = res["refindex"]
+    if ri["status"] == "ok":
+        txt.append(f"- refindex wall {ri['seconds']:.2f} s (target <= 0.5): {verdict(ri['seconds'] <= 0.5)}; "
+                   f"requests {ri['requests']} (target <= 12): {verdict(ri['requests'] <= 12)}; "
+                   f"{ri['bytes'] / 1e6:.2f} MB (target <= 4): {verdict(ri['bytes'] <= 4e6)}")
+        for label, r in res.items():
+            if label != "refindex" and r["status"] == "ok":
+                txt.append(f"- {label}: {r['seconds'] / ri['seconds']:.1f}x refindex's time, "
+                           f"{r['requests'] / max(1, ri['requests']):.1f}x its requests, "
+                           f"{r['bytes'] / max(1, ri['bytes']):.1f}x its bytes")
+            elif label != "refindex":
+                txt.append(f"- {label}: {r['status']} ({r.get('error', '')})")
+    else:
+        txt.append(f"- refindex failed: {ri.get('error')}")
+    txt.append("")
+    return "\n".join(txt)
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    if child_main(CHILDREN, argv):
+        return ""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--samples", type=int, default=30_000)
+    p.add_argument("--frames", type=int, default=50)
+    p.add_argument("--latency-ms", type=float, default=30.0)
+    p.add_argument("--bandwidth-mbs", type=float, default=50.0)
+    p.add_argument("--timeout", type=float, default=180, help="seconds before a tool counts as hung")
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    text = run(a.samples, a.frames, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout)
+    print(text)
+    print(f"(P2 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return text
+
+
+if __name__ == "__main__":
+    main()

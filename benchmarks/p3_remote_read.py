@@ -1,0 +1,139 @@
+"""P3: reading a whole remote dataset — zarr through a refindex index vs h5py over fsspec.
+
+The P2 file's ``acquisition/ElectricalSeries/data`` is read in full from the latency store:
+zarr (via fsspec's ReferenceFileSystem) fetches chunks concurrently; libhdf5 reads them one
+after another through an fsspec file (the 8 MiB 'blockcache' and 'readahead' caches, the
+best two in P2).  Every result is checked against a local h5py read.  Each reader first
+reads the local copy once (imports, codec registry, thread pools: paid once per process).  The index is built
+from the local copy with ``url=`` pointing at the store (not timed: that is P2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import child_main, run_child, table, timed, verdict  # noqa: E402
+from latency_store import LatencyStore, http_storage_options  # noqa: E402
+
+MiB = 1 << 20
+DATASET = "acquisition/ElectricalSeries/data"
+
+
+def digest(a) -> str:
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    return f"{a.dtype.str}{a.shape}:{hashlib.sha1(a.tobytes()).hexdigest()}"
+
+
+# ------------------------------------------------------------------ measurements (child side)
+def child_zarr(local: str, url: str) -> dict[str, Any]:
+    import fsspec
+    import zarr
+
+    import refindex
+
+    def read(refs: dict[str, Any], protocol: str, options: dict[str, Any]):
+        fs = fsspec.filesystem("reference", fo=refs, remote_protocol=protocol,
+                               remote_options={**options, "asynchronous": True}, asynchronous=True)
+        g = zarr.open_group(zarr.storage.FsspecStore(fs, read_only=True, path=""), mode="r", zarr_format=2)
+        return g[DATASET][...]
+
+    import fsspec.implementations.http  # noqa: F401  (imports are not what is measured)
+
+    read(refindex.scan(local), "file", {})  # warm-up: imports, codec registry, thread pool
+    refs = refindex.scan(local, url=url)
+    a, sec = timed(lambda: read(refs, "http", http_storage_options()))
+    return {"seconds": sec, "digest": digest(a), "mb": a.nbytes / 1e6}
+
+
+def child_h5py(local: str, url: str, cache_type: str, block_size: str = "0") -> dict[str, Any]:
+    import fsspec
+    import h5py
+
+    import fsspec.implementations.http  # noqa: F401
+
+    with fsspec.open(local, "rb") as fh, h5py.File(fh, "r") as f:  # warm-up, as for zarr
+        f[DATASET][...]
+
+    def go():
+        fs = fsspec.filesystem("http", **http_storage_options())
+        kw = {"block_size": int(block_size)} if int(block_size) else {}
+        with fs.open(url, "rb", cache_type=cache_type, **kw) as fh, h5py.File(fh, "r") as f:
+            return f[DATASET][...]
+
+    a, sec = timed(go)
+    return {"seconds": sec, "digest": digest(a), "mb": a.nbytes / 1e6}
+
+
+CHILDREN = {"zarr": child_zarr, "h5py": child_h5py}
+
+
+# ------------------------------------------------------------------ driver (parent side)
+def run(samples: int, frames: int, latency: float, bandwidth: float, timeout: float) -> str:
+    import h5py
+
+    from datafiles import nwb
+
+    path = nwb(samples=samples, frames=frames)
+    with h5py.File(path, "r") as f:
+        d = f[DATASET]
+        truth = digest(d[...])
+        shape, chunks = d.shape, d.chunks
+    me = os.path.abspath(__file__)
+    res: dict[str, dict[str, Any]] = {}
+    with LatencyStore(path.parent, latency, bandwidth) as store:
+        url = store.url(path.name)
+        cases = [
+            ("zarr via refindex index", "zarr", [str(path), url]),
+            ("h5py + fsspec 8 MiB 'blockcache'", "h5py", [str(path), url, "blockcache", str(8 * MiB)]),
+            ("h5py + fsspec 'readahead'", "h5py", [str(path), url, "readahead"]),
+        ]
+        for label, child, args in cases:
+            store.reset()
+            r = run_child(me, child, args, timeout)
+            r.update(store.counts())
+            if r["status"] == "ok" and r.get("digest") != truth:
+                r["status"], r["error"] = "WRONG", "values differ from a local h5py read"
+            res[label] = r
+    rows = [[label, r["status"], r.get("seconds") if r["status"] == "ok" else None, r["requests"],
+             round(r["bytes"] / 1e6, 2), r.get("error", "")] for label, r in res.items()]
+    txt = [f"### P3 remote read: `{DATASET}` {shape} int16, chunks {chunks}, same store as P2", "",
+           table(["reader", "status", "wall s", "requests", "MB fetched", "note"], rows), ""]
+    z = res["zarr via refindex index"]
+    best = min((r["seconds"] for k, r in res.items() if k.startswith("h5py") and r["status"] == "ok"), default=None)
+    if z["status"] == "ok" and best:
+        ratio = best / z["seconds"]
+        txt.append(f"- zarr via the index is {ratio:.1f}x faster than h5py's best cache (target >= 3x): "
+                   f"{verdict(ratio >= 3)}")
+    txt.append("")
+    return "\n".join(txt)
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    if child_main(CHILDREN, argv):
+        return ""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--samples", type=int, default=30_000)
+    p.add_argument("--frames", type=int, default=50)
+    p.add_argument("--latency-ms", type=float, default=30.0)
+    p.add_argument("--bandwidth-mbs", type=float, default=50.0)
+    p.add_argument("--timeout", type=float, default=180)
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    text = run(a.samples, a.frames, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout)
+    print(text)
+    print(f"(P3 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return text
+
+
+if __name__ == "__main__":
+    main()
