@@ -117,6 +117,24 @@ def _netcdf_dimension_only(d: h5py.Dataset) -> bool:
         return False
 
 
+def _opaque_attr(aid) -> dict[str, Any]:
+    """An opaque attribute as its raw bytes: ``{"zarr_dtype": "opaque", "tag", "shape", "base64"}``."""
+    import base64
+
+    t = aid.get_type()
+    shape = tuple(aid.shape or ())
+    arr = np.empty(shape, dtype=f"V{t.get_size()}")
+    aid.read(arr, mtype=t)
+    tag = t.get_tag()
+    return {
+        "zarr_dtype": "opaque",
+        "tag": tag.decode("utf-8", "replace") if isinstance(tag, bytes) else str(tag),
+        "shape": list(shape),
+        "itemsize": t.get_size(),
+        "base64": base64.standard_b64encode(arr.tobytes()).decode("ascii"),
+    }
+
+
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -238,10 +256,17 @@ class Scanner:
             if name in _HIDDEN_ATTRS or (is_scale and name in _SCALE_ATTRS):
                 continue
             try:
-                why = unsafe_type(h5py.h5a.open(obj.id, name.encode("utf-8")).get_type())
+                aid = h5py.h5a.open(obj.id, name.encode("utf-8"))
+                why = unsafe_type(aid.get_type())
                 if why:
                     raise UnsupportedError(why)
-                value = obj.attrs[name]
+                try:
+                    value = obj.attrs[name]
+                except OSError:
+                    if aid.get_type().get_class() != h5py.h5t.OPAQUE:
+                        raise
+                    out[name] = _opaque_attr(aid)  # h5py has no conversion path for this opaque type
+                    continue
             except Exception as e:
                 reason = f"attribute {name!r} cannot be read by h5py: {e}"
                 if self.opts.on_unsupported == "skip":
