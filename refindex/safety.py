@@ -44,7 +44,7 @@ def unsafe_codecs(refs: dict[str, Any]) -> list[tuple[str, Any]]:
     """(array key, codec id) for every codec in ``refs`` that is not on the allowlist."""
     bad: list[tuple[str, Any]] = []
     for key, value in (refs.get("refs") or {}).items():
-        if key.rsplit("/", 1)[-1] != ".zarray":
+        if not key.endswith(".zarray") or key.rsplit("/", 1)[-1] != ".zarray":
             continue
         doc = json.loads(value) if isinstance(value, str) else value
         for codec in _codecs_of(doc):

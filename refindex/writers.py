@@ -76,34 +76,33 @@ def url_templates(tree: Tree) -> dict[str, str]:
     return out
 
 
-def chunk_refs(tree: Tree, templates: dict[str, str]) -> Iterator[tuple[str, Any]]:
-    """(key, value) for every chunk: inline "base64:..." text or [url, offset, size]."""
+def chunk_refs(tree: Tree, templates: dict[str, str]) -> Iterator[tuple[list[str], list[Any]]]:
+    """(keys, values) per array: inline "base64:..." text, or [url, offset, size] per chunk.
+
+    Built a column at a time from the numpy chunk tables (no per-chunk generator step).
+    """
     by_url = {v: "{{" + k + "}}" for k, v in templates.items()}
     for path in sorted(tree.arrays):
         a = tree.arrays[path]
         p = _prefix(path)
-        for key, data in a.inline.items():
-            yield p + key, "base64:" + base64.standard_b64encode(data).decode("ascii")
+        if a.inline:
+            keys = [p + k for k in a.inline]
+            yield keys, ["base64:" + base64.standard_b64encode(d).decode("ascii") for d in a.inline.values()]
         t = a.refs
         if t is None or not len(t):
             continue
         url = by_url[t.url or tree.url]
-        offs = t.offsets.tolist()
-        sizes = t.sizes.tolist()
-        for coord, off, size in zip(_keys(t.coords), offs, sizes):
-            yield p + coord, [url, off, size]
+        yield ([p + k for k in _keys(t.coords)],
+               [[url, off, size] for off, size in zip(t.offsets.tolist(), t.sizes.tolist())])
 
 
 def _keys(coords: np.ndarray) -> list[str]:
-    """Chunk keys "i.j.k" for an (n, ndim) coordinate array, built column-wise."""
+    """Chunk keys "i.j.k" for an (n, ndim) coordinate array."""
     n, ndim = coords.shape
     if ndim == 0:
         return ["0"] * n
-    cols = [coords[:, i].astype(str) for i in range(ndim)]
-    out = cols[0].astype(object)
-    for c in cols[1:]:
-        out = out + "." + c.astype(object)
-    return out.tolist()
+    cols = [coords[:, i].tolist() for i in range(ndim)]
+    return list(map(".".join(["{}"] * ndim).format, *cols))
 
 
 def consolidated(meta: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -120,8 +119,8 @@ def to_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
         meta[key] = doc
     if consolidate:
         refs[".zmetadata"] = _meta(consolidated(meta))
-    for key, value in chunk_refs(tree, templates):
-        refs[key] = value
+    for keys, values in chunk_refs(tree, templates):
+        refs.update(zip(keys, values))
     # Deterministic without sorting every chunk key: metadata sorted, then arrays in path
     # order with their chunks in chunk-index order (the same file lists them the same way).
     out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": templates, "refs": refs}
