@@ -129,3 +129,12 @@ def versions() -> str:
         except PackageNotFoundError:
             pass
     return ", ".join(out)
+
+
+def add_session_args(parser: Any, timeout: float) -> None:
+    """Options shared by the remote benchmarks: the NWB file's size and the store's speed."""
+    parser.add_argument("--samples", type=int, default=30_000)
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--latency-ms", type=float, default=30.0)
+    parser.add_argument("--bandwidth-mbs", type=float, default=50.0)
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds before a tool counts as hung")

@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import child_main, run_child, table, timed, verdict  # noqa: E402
+from common import add_session_args, child_main, run_child, table, timed, verdict  # noqa: E402
 from latency_store import LatencyStore, http_storage_options  # noqa: E402
 
 MiB = 1 << 20
@@ -122,11 +122,7 @@ def main(argv: list[str] | None = None) -> str:
     if child_main(CHILDREN, argv):
         return ""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--samples", type=int, default=30_000)
-    p.add_argument("--frames", type=int, default=50)
-    p.add_argument("--latency-ms", type=float, default=30.0)
-    p.add_argument("--bandwidth-mbs", type=float, default=50.0)
-    p.add_argument("--timeout", type=float, default=180)
+    add_session_args(p, timeout=180)
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     text = run(a.samples, a.frames, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout)
