@@ -59,8 +59,8 @@ class ScanOptions:
     allowed_root: str | None = None
     allow_outside: bool = False
     max_inline_total: int | None = 256 * MiB  # inline bytes of the whole index
-    # Decode the first referenced chunk of every dataset and compare it with libhdf5's
-    # values (catches chunk indexes that disagree with libhdf5's reads in damaged files).
+    # Decode the first, middle and last referenced chunk of every dataset and compare them
+    # with libhdf5's values (catches chunk indexes that disagree with libhdf5's reads in damaged files).
     # None: on for local files, off for remote ones (it costs a request per dataset).
     check_sample: bool | None = None
 
@@ -630,13 +630,15 @@ class Scanner:
             node.inline[chunk_key(coord)] = bytes(raw)
         node.refs = table.take(~(odd | small))
         if self._want_sample_check() and len(node.refs):
-            coord = node.refs.coords[0]
-            raw = self._read_file(None, int(node.refs.offsets[0]), int(node.refs.sizes[0]))
-            if not self._chunk_agrees(d, node, nd, coord, raw):
-                node.inline.clear()
-                node.refs = None
-                return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values than libhdf5 "
-                                            "reads (damaged chunk index?)")
+            n = len(node.refs)
+            for i in sorted({0, n // 2, n - 1}):  # first, middle and last stored chunk
+                coord = node.refs.coords[i]
+                raw = self._read_file(None, int(node.refs.offsets[i]), int(node.refs.sizes[i]))
+                if not self._chunk_agrees(d, node, nd, coord, raw):
+                    node.inline.clear()
+                    node.refs = None
+                    return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values than "
+                                                "libhdf5 reads (damaged chunk index?)")
         return node
 
     def _want_sample_check(self) -> bool:

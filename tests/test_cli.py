@@ -80,3 +80,17 @@ def test_demo_runs_and_reads_back(tmp_path, capsys):
     assert "verify: 4 datasets: 4 exact" in out
     assert "pynwb via hdmf-zarr" in out
     assert (tmp_path / "example.nwb.refs.json").exists()
+
+
+def test_info_reads_json_and_parquet_indexes_alike(h5file, tmp_path, capsys):
+    import refindex
+
+    refindex.scan_to_file(str(h5file), tmp_path / "x.json")
+    refindex.scan_to_file(str(h5file), tmp_path / "x.parq", format="parquet")
+    a, b = refindex.info(tmp_path / "x.json"), refindex.info(tmp_path / "x.parq")
+    for key in ("groups", "arrays", "chunks_referenced", "bytes_referenced", "inline_chunks", "inline_bytes",
+                "sources", "convention"):
+        assert a[key] == b[key], key
+    assert a["chunks_referenced"] == 11 and a["inline_chunks"] >= 1  # 10 chunks of a, one of b
+    assert main(["info", str(tmp_path / "x.parq")]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "parquet"
