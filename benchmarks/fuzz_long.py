@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 import sys
 import tempfile
 
@@ -24,7 +25,7 @@ def main() -> int:
     p.add_argument("--files", type=int, default=80, help="corpus files to mutate (smallest first, spread)")
     p.add_argument("--max-size", type=int, default=256 << 10, help="largest corpus file to use, bytes")
     p.add_argument("--timeout", type=float, default=10.0, help="per-case time limit, s")
-    p.add_argument("--corpus", default=os.environ.get("REFINDEX_CORPUS", "/work/shared/corpus"))
+    p.add_argument("--corpus", default=os.environ.get("REFINDEX_CORPUS", str(Path(__file__).resolve().parents[2] / "shared" / "corpus")))
     p.add_argument("--keep", help="save mutated inputs of findings/crashes/hangs here")
     a = p.parse_args()
     if not os.path.exists(os.path.join(a.corpus, "MANIFEST.tsv")):

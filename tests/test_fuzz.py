@@ -17,7 +17,7 @@ import pytest
 
 from refindex import fuzz
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", "/work/shared/corpus"))
+CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 
 def test_fuzz_mutated_corpus_files(tmp_path, capsys):

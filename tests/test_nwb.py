@@ -29,7 +29,7 @@ pynwb = pytest.importorskip("pynwb")
 hdmf_zarr = pytest.importorskip("hdmf_zarr")
 from hdmf_zarr.nwb_zarrv2 import NWBZarrV2IO  # noqa: E402
 
-CORPUS = Path("/work/shared/corpus")
+CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 
 # ---------------------------------------------------------------- helpers

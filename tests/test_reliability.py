@@ -26,7 +26,7 @@ from refindex.isolate import Worker, WorkerCrashed, WorkerTimeout, scan_isolated
 
 from conftest import consumer_open
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", "/work/shared/corpus"))
+CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 
 def _simple(path: Path) -> Path:
@@ -469,3 +469,17 @@ def test_s3_etag_staleness_and_no_secrets(s3, tmp_path):
     with pytest.raises(StaleIndexError, match="etag"):
         refindex.open(refs, remote_options=remote)
     refindex.open(refs, remote_options=remote, check_source=False)
+
+
+def test_damaged_chunk_index_is_an_error_not_wrong_data(tmp_path):
+    """A zeroed B-tree node lists one chunk five times (four with offset 0): refuse, naming the dataset."""
+    src = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hdf5" / "1_a.h5"
+    if not src.exists():
+        pytest.skip(f"corpus file {src} not found")
+    data = bytearray(src.read_bytes())
+    data[1474:1666] = bytes(1666 - 1474)  # found by the long fuzz (benchmarks/fuzz_long.py, seed 1)
+    bad = tmp_path / "1_a_damaged.h5"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(refindex.RefindexError, match="damaged chunk index") as err:
+        refindex.scan(str(bad))
+    assert err.value.path == "/source_dset"
