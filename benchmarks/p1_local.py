@@ -42,6 +42,8 @@ def child_refindex(src: str, out: str, fmt: str = "json", inline: str = "0") -> 
     import refindex.api as api
 
     kw: dict[str, Any] = {} if fmt == "json" else {"format": fmt}
+    if fmt == "json" and "return_refs" in inspect.signature(api.scan_to_file).parameters:
+        kw["return_refs"] = False  # streamed from the chunk tables; no refs dict of every chunk
     if inline != "default":
         kw["inline_threshold"] = int(inline)
     _, sec = timed(lambda: api.scan_to_file(src, out, **kw))

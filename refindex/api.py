@@ -153,9 +153,15 @@ def _follow_external(refs: dict[str, Any], read_url: str, chunk_url: str, kwargs
         refs.setdefault("refindex", {})["external"] = out
 
 
-def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:
+def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, *, return_refs: bool = True,
+                 **kwargs: Any) -> dict[str, Any]:
     """Scan ``source`` and write the index to ``output`` atomically; returns the refs.
 
+    ``return_refs=False``: stream the JSON straight from the scanned chunk tables
+    (:func:`refindex.writers.write_json_stream`; same text) and return only a summary
+    (keys, chunks_referenced, inline_chunks, bytes, skipped): far less time and memory
+    for millions of chunks, where the refs dict is the main cost.  ``follow_external``
+    and ``isolate`` build the dict anyway (then it is written as before).
     ``format="parquet"``: write a parquet folder instead (see :func:`scan_to_parquet`,
     whose summary is returned).
     """
@@ -164,11 +170,24 @@ def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, **kwargs:
         return scan_to_parquet(source, output, **kwargs)
     if fmt != "json":
         raise RefindexError(f"unknown output format {fmt!r} (json or parquet)", file=os.fspath(output))
+    if not return_refs and not kwargs.get("follow_external") and not kwargs.get("isolate"):
+        if kwargs.get("sink") is not None:
+            raise RefindexError("sink is not supported by scan_to_file", file=os.fspath(source))
+        return scan(source, sink=writers.make_json_sink(output, kwargs.get("storage_options")), **kwargs)
     refs = scan(source, **kwargs)
     if kwargs.get("follow_external"):
         _write_external(refs, output)
     writers.write_json(refs, output)
-    return refs
+    return refs if return_refs else summary_of(refs, output)
+
+
+def summary_of(refs: dict[str, Any], output: str | os.PathLike) -> dict[str, Any]:
+    """What :func:`refindex.writers.write_json_stream` returns, for an index written from its dict."""
+    r = refs.get("refs", {})
+    inline = sum(1 for k, v in r.items() if isinstance(v, str) and not k.rsplit("/", 1)[-1].startswith("."))
+    chunks = sum(1 for v in r.values() if isinstance(v, list))
+    return {"format": "json", "keys": len(r), "chunks_referenced": chunks, "inline_chunks": inline,
+            "bytes": os.path.getsize(output), "skipped": list(refs.get("refindex", {}).get("skipped", []))}
 
 
 def scan_to_parquet(source: str | os.PathLike, output: str | os.PathLike, **kwargs: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
     stats: dict[str, Any] = {}
     t0 = time.perf_counter()
+    sink = _parquet_sink(args) or _json_sink(args)
     refs = scan(
         args.source,
         url=args.url,
@@ -61,19 +62,22 @@ def cmd_scan(args: argparse.Namespace) -> int:
         max_inline_total=args.max_inline_total if args.max_inline_total is not None else "default",
         isolate=args.isolate,
         timeout=args.timeout,
-        sink=_parquet_sink(args),
+        sink=sink,
     )
     if args.format == "parquet":
         return _report_parquet(args, refs, stats, time.perf_counter() - t0)
     out = args.output or _default_output(args.source)
-    if getattr(args, "follow_external", False):
-        from .api import _write_external
+    if sink is not None:  # streamed JSON: ``refs`` is the writer's summary
+        nkeys, skipped = refs["keys"], refs["skipped"]
+    else:
+        if getattr(args, "follow_external", False):
+            from .api import _write_external
 
-        _write_external(refs, out)
-    write_json(refs, out)
+            _write_external(refs, out)
+        write_json(refs, out)
+        nkeys, skipped = len(refs["refs"]), refs.get("refindex", {}).get("skipped", [])
     elapsed = time.perf_counter() - t0
-    skipped = refs.get("refindex", {}).get("skipped", [])
-    print(f"wrote {out}: {len(refs['refs'])} keys in {elapsed:.2f} s", file=sys.stderr)
+    print(f"wrote {out}: {nkeys} keys in {elapsed:.2f} s", file=sys.stderr)
     for s in skipped:
         print(f"skipped {s['path']}{' @' + s['attribute'] if 'attribute' in s else ''}: {s['reason']}", file=sys.stderr)
     if args.stats:
@@ -93,6 +97,20 @@ def _parquet_sink(args: argparse.Namespace):
     out = args.output or args.source.rstrip("/").rsplit("/", 1)[-1] + ".refs.parq"
     args.output = out
     return make_sink(out, args.storage_options, record_size=args.record_size)
+
+
+def _json_sink(args: argparse.Namespace):
+    """For JSON output: stream the index from the scanned Tree (no refs dict of every chunk).
+
+    Not with --follow-external (linked files are found from the refs dict) or --isolate
+    (the worker returns the dict); those write the dict as before.
+    """
+    if args.format != "json" or getattr(args, "follow_external", False) or args.isolate:
+        return None
+    from .writers import make_json_sink
+
+    args.output = args.output or _default_output(args.source)
+    return make_json_sink(args.output, args.storage_options)
 
 
 def _report_parquet(args: argparse.Namespace, summary: dict[str, Any], stats: dict[str, Any], elapsed: float) -> int:

@@ -20,12 +20,16 @@ class ChunkTable:
 
     ``coords`` is an ``(n, ndim)`` int64 array of chunk-grid indices, ``offsets`` and
     ``sizes`` are uint64 byte ranges in ``url`` (``None`` means the scanned file).
+    A table whose chunks lie in several files (a virtual dataset referencing its
+    source files) has ``url_index``: row ``i`` is in ``urls[url_index[i]]``.
     """
 
     coords: np.ndarray
     offsets: np.ndarray
     sizes: np.ndarray
     url: str | None = None
+    urls: list[str | None] | None = None  # None entries: the scanned file
+    url_index: np.ndarray | None = None  # int32 per row, into ``urls``
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0])
@@ -39,7 +43,37 @@ class ChunkTable:
         )
 
     def take(self, mask: np.ndarray) -> "ChunkTable":
-        return ChunkTable(self.coords[mask], self.offsets[mask], self.sizes[mask], self.url)
+        index = self.url_index[mask] if self.url_index is not None else None
+        return ChunkTable(self.coords[mask], self.offsets[mask], self.sizes[mask], self.url, self.urls, index)
+
+    def all_urls(self) -> list[str | None]:
+        """Every file this table points into (``None``: the scanned file)."""
+        return list(self.urls) if self.url_index is not None and self.urls is not None else [self.url]
+
+    def row_urls(self) -> tuple[list[str | None], np.ndarray]:
+        """(urls, int32 index per row): the per-row file of every chunk, single-file tables too."""
+        if self.url_index is not None and self.urls is not None:
+            return list(self.urls), self.url_index
+        return [self.url], np.zeros(len(self), dtype=np.int32)
+
+    @classmethod
+    def concat(cls, tables: list["ChunkTable"], ndim: int) -> "ChunkTable":
+        """One table of the rows of ``tables``, each keeping its own file."""
+        if not tables:
+            return cls.empty(ndim)
+        position: dict[str | None, int] = {}  # file -> its index in the merged ``urls``
+        parts = []
+        for t in tables:
+            t_urls, t_index = t.row_urls()
+            remap = np.asarray([position.setdefault(u, len(position)) for u in t_urls], dtype=np.int32)
+            parts.append(remap[t_index] if len(t_index) else np.zeros(0, np.int32))
+        urls = list(position)
+        coords = np.concatenate([t.coords for t in tables]).reshape(-1, ndim)
+        offsets = np.concatenate([t.offsets for t in tables]).astype(np.uint64)
+        sizes = np.concatenate([t.sizes for t in tables]).astype(np.uint64)
+        if len(urls) == 1:
+            return cls(coords, offsets, sizes, urls[0])
+        return cls(coords, offsets, sizes, None, urls, np.concatenate(parts).astype(np.int32))
 
     @property
     def nbytes_referenced(self) -> int:

@@ -91,23 +91,24 @@ def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[
     if t is not None and len(t):
         lin, inside = _linear(t.coords.astype(np.int64, copy=False), grid, what)
         offs, sizes = _int64_view(t.offsets), _int64_view(t.sizes)  # no copies of millions of chunks
+        urls, which = t.row_urls()  # several files: a virtual dataset's sources
         if not inside.all():
-            offs, sizes = offs[inside], sizes[inside]
+            offs, sizes, which = offs[inside], sizes[inside], which[inside]
         if len(lin) > 1 and not np.all(lin[1:] > lin[:-1]):
             order = np.argsort(lin, kind="stable")
-            lin, offs, sizes = lin[order], offs[order], sizes[order]
-        url = t.url or tree_url
+            lin, offs, sizes, which = lin[order], offs[order], sizes[order], which[order]
+        urls = [u or tree_url for u in urls]
     else:
         lin = np.zeros(0, dtype=np.int64)
         offs = sizes = lin
-        url = tree_url
+        urls, which = [tree_url], np.zeros(0, dtype=np.int32)
     icoords, iblobs = _inline_coords(node)
     ilin, iinside = _linear(icoords, grid, what)
     iblobs = [b for b, keep in zip(iblobs, iinside) if keep]
     iorder = np.argsort(ilin, kind="stable")
     ilin = ilin[iorder]
     iblobs = [iblobs[i] for i in iorder]
-    dictionary = pa.array([url], type=pa.string())
+    dictionary = pa.array(urls, type=pa.string())
     schema = pa.schema([
         pa.field("path", pa.dictionary(pa.int32(), pa.string())),
         pa.field("offset", pa.int64(), nullable=False),
@@ -125,6 +126,8 @@ def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[
         size[rows] = sizes[a:b]
         present = np.zeros(n, dtype=bool)
         present[rows] = True
+        file_of = np.zeros(n, dtype=np.int32)
+        file_of[rows] = which[a:b]
         ia, ib = np.searchsorted(ilin, [lo, lo + n])
         if ib > ia:
             raw_list: list[bytes | None] = [None] * n
@@ -135,7 +138,7 @@ def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[
             raw = pa.array(raw_list, type=pa.binary())
         else:
             raw = pa.nulls(n, type=pa.binary())
-        path = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32), mask=~present), dictionary)
+        path = pa.DictionaryArray.from_arrays(pa.array(file_of, mask=~present), dictionary)
         yield rec, pa.Table.from_arrays([path, pa.array(offset), pa.array(size), raw], schema=schema)
 
 

@@ -10,8 +10,10 @@ index behind.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
+import re
 import tempfile
 from typing import Any, Iterator
 
@@ -68,8 +70,8 @@ def url_templates(tree: Tree) -> dict[str, str]:
     """Short names for every file the chunks point into: "u" for the scanned file."""
     urls = {tree.url}
     for a in tree.arrays.values():
-        if a.refs is not None and a.refs.url:
-            urls.add(a.refs.url)
+        if a.refs is not None:
+            urls.update(u for u in a.refs.all_urls() if u)
     out = {"u": tree.url}
     for i, u in enumerate(sorted(urls - {tree.url})):
         out[f"u{i + 1}"] = u
@@ -91,9 +93,33 @@ def chunk_refs(tree: Tree, templates: dict[str, str]) -> Iterator[tuple[list[str
         t = a.refs
         if t is None or not len(t):
             continue
+        keys = [p + k for k in _keys(t.coords)]
+        if t.url_index is not None:  # chunks spread over several files (virtual datasets)
+            names = [by_url[u or tree.url] for u in t.all_urls()]
+            yield keys, [[names[j], off, size]
+                         for j, off, size in zip(t.url_index.tolist(), t.offsets.tolist(), t.sizes.tolist())]
+            continue
         url = by_url[t.url or tree.url]
-        yield ([p + k for k in _keys(t.coords)],
-               [[url, off, size] for off, size in zip(t.offsets.tolist(), t.sizes.tolist())])
+        yield keys, [[url, off, size] for off, size in zip(t.offsets.tolist(), t.sizes.tolist())]
+
+
+def _multi_file_text(tree: Tree, path: str, templates: dict[str, str]) -> Iterator[tuple[str, int, int]]:
+    """Streamed-JSON text of an array whose chunks lie in several files (a virtual dataset).
+
+    Built like :func:`to_refs` (a dict per array, inline first, references win), which
+    costs a dict entry per chunk of this array only.
+    """
+    one = Tree(url=tree.url, arrays={path: tree.arrays[path]})
+    entries: dict[str, Any] = {}
+    nref = ninl = 0
+    for keys, values in chunk_refs(one, templates):
+        entries.update(zip(keys, values))
+    for v in entries.values():
+        if isinstance(v, list):
+            nref += 1
+        else:
+            ninl += 1
+    yield "".join(f",{dumps(k)}:{dumps(v)}" for k, v in entries.items()), nref, ninl
 
 
 def _keys(coords: np.ndarray) -> list[str]:
@@ -160,3 +186,161 @@ def write_json(refs: dict[str, Any], path: str | os.PathLike) -> None:
 
         raise RefindexError(f"cannot write the index as JSON: {e}", file=os.fspath(path)) from e
     atomic_write_bytes(path, data)
+
+
+# ------------------------------------------------------------------ streamed JSON
+# Chunks formatted per block: memory stays at one block of strings, not a dict entry per chunk.
+STREAM_BLOCK = 50_000  # ~10 MB of strings at a time: below the scan's own peak for 500k chunks
+
+
+def head_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
+    """``to_refs(tree)`` without the chunk references: version, templates, metadata, provenance.
+
+    Small whatever the chunk count; it is what the safety checks read (codecs in
+    ``.zarray``, secrets in templates/provenance), and the head of the streamed JSON.
+    """
+    refs: dict[str, Any] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for key, doc in metadata_items(tree):
+        refs[key] = _meta(doc)
+        meta[key] = doc
+    if consolidate:
+        refs[".zmetadata"] = _meta(consolidated(meta))
+    out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs}
+    out["refindex"] = tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {})
+    return out
+
+
+def _pct_literal(s: str) -> str:
+    """``s`` for use inside a %-format template."""
+    return s.replace("%", "%%")
+
+
+def _array_text(prefix: str, node: ArrayNode, url: str, block: int) -> Iterator[tuple[str, int, int]]:
+    """(text, chunks referenced, inline chunks) blocks of ``,"key":value`` entries of one array.
+
+    Same keys, values and order as :func:`chunk_refs` + ``dict.update`` in :func:`to_refs`:
+    inline chunks first, then referenced ones; a key in both keeps the inline position
+    and takes the referenced value.
+    """
+    pj = dumps(prefix)[:-1]  # '"' + escaped prefix, without the closing quote: escaped once per array
+    uj = dumps(url)
+    t = node.refs
+    coords, offsets, sizes = (t.coords, t.offsets, t.sizes) if t is not None and len(t) else (None, None, None)
+    if node.inline:
+        keys = list(node.inline)
+        override: dict[str, tuple[int, int]] = {}
+        if coords is not None:
+            ref_keys = _keys(coords)
+            common = set(ref_keys).intersection(keys)
+            if common:  # rare: a chunk both inlined and referenced; the reference wins (as in to_refs)
+                keep = np.fromiter((k not in common for k in ref_keys), dtype=bool, count=len(ref_keys))
+                for k, o, s in zip(ref_keys, offsets.tolist(), sizes.tolist()):
+                    if k in common:
+                        override[k] = (o, s)
+                coords, offsets, sizes = coords[keep], offsets[keep], sizes[keep]
+        plain = not re.search(r"[^0-9.]", "".join(keys))  # chunk keys are digits and dots: no escaping
+        for lo in range(0, len(keys), block):
+            parts = []
+            for k in keys[lo:lo + block]:
+                kj = pj + k + '"' if plain else dumps(prefix + k)
+                if k in override:
+                    o, s = override[k]
+                    parts.append(f",{kj}:[{uj},{o},{s}]")
+                else:
+                    b64 = base64.standard_b64encode(node.inline[k]).decode("ascii")
+                    parts.append(f',{kj}:"base64:{b64}"')
+            hits = sum(1 for k in keys[lo:lo + block] if k in override) if override else 0
+            yield "".join(parts), hits, len(parts) - hits
+    if coords is None or not len(coords):
+        return
+    n, ndim = coords.shape
+    key_fmt = ".".join(["%d"] * ndim) if ndim else "0"
+    fmt = "," + _pct_literal(pj) + key_fmt + '":[' + _pct_literal(uj) + ",%d,%d]"
+    width = ndim + 2
+    for lo in range(0, n, block):
+        hi = min(n, lo + block)
+        cols = [coords[lo:hi, i].tolist() for i in range(ndim)] + [offsets[lo:hi].tolist(), sizes[lo:hi].tolist()]
+        flat: list[int] = [0] * ((hi - lo) * width)
+        for i, col in enumerate(cols):
+            flat[i::width] = col
+        # One %-format of the repeated template over the interleaved columns: faster than a call per chunk.
+        yield (fmt * (hi - lo)) % tuple(flat), hi - lo, 0
+
+
+@contextlib.contextmanager
+def _atomic_file(path: str | os.PathLike) -> Iterator[Any]:
+    """A binary file handle on a temporary name beside ``path``, renamed into place on success."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".refindex-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json_stream(tree: Tree, path: str | os.PathLike, *, block: int = STREAM_BLOCK,
+                      head: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the RFS JSON of ``tree`` to ``path`` straight from the chunk tables, atomically.
+
+    The text is the same as ``write_json(to_refs(tree), path)`` (same keys, values and
+    order) without ever holding a dict entry per chunk: chunk entries are formatted
+    ``block`` at a time from the numpy tables.  ``head``: :func:`head_refs` if already
+    built.  Returns a summary: keys, chunks referenced, inline chunks, bytes, skipped.
+    """
+    head = head_refs(tree) if head is None else head
+    templates = head["templates"]
+    by_url = {v: "{{" + k + "}}" for k, v in templates.items()}
+    summary = {"format": "json", "keys": len(head["refs"]), "chunks_referenced": 0, "inline_chunks": 0,
+               "bytes": 0, "skipped": list(tree.skipped)}
+    try:
+        start = (f'{{"version":{dumps(head["version"])},"templates":{dumps(templates)},"refs":{{'
+                 + ",".join(f"{dumps(k)}:{dumps(v)}" for k, v in head["refs"].items()))
+        tail = f'}},"refindex":{dumps(head["refindex"])}}}'
+        sep_needed = bool(head["refs"])
+        with _atomic_file(path) as fh:
+            fh.write(start.encode("utf-8"))
+            for apath in sorted(tree.arrays):
+                a = tree.arrays[apath]
+                if a.refs is not None and a.refs.url_index is not None:  # chunks in several files (VDS)
+                    parts = _multi_file_text(tree, apath, templates)
+                else:
+                    url = by_url[(a.refs.url if a.refs is not None else None) or tree.url]
+                    parts = _array_text(_prefix(apath), a, url, block)
+                for text, nref, ninl in parts:
+                    if text and not sep_needed:
+                        text, sep_needed = text[1:], True
+                    fh.write(text.encode("utf-8"))
+                    summary["chunks_referenced"] += nref
+                    summary["inline_chunks"] += ninl
+            fh.write(tail.encode("utf-8"))
+            summary["bytes"] = fh.tell()
+    except (UnicodeEncodeError, OverflowError, ValueError) as e:  # e.g. names that are not valid UTF-8
+        from .errors import RefindexError
+
+        raise RefindexError(f"cannot write the index as JSON: {e}", file=os.fspath(path)) from e
+    summary["keys"] += summary["chunks_referenced"] + summary["inline_chunks"]
+    return summary
+
+
+def make_json_sink(output: str | os.PathLike, storage_options: dict[str, Any] | None = None):
+    """A ``sink`` for :func:`refindex.scan`: the JSON safety checks on the Tree's head, then a streamed write."""
+    from . import safety
+
+    def sink(tree: Tree) -> dict[str, Any]:
+        head = head_refs(tree)
+        safety.check_codecs(head, file=tree.url)
+        safety.check_no_secrets(head, storage_options, file=tree.url)
+        return write_json_stream(tree, output, head=head)
+
+    return sink

@@ -1,0 +1,155 @@
+"""The streamed JSON writer: the same index as ``write_json(to_refs(tree))``, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+import refindex
+from refindex import writers
+from refindex.cli import main as cli_main
+from refindex.errors import RefindexError
+from refindex.model import ArrayNode, ChunkTable, GroupNode, Tree
+
+from conftest import assert_same_values, consumer_open, zvalues
+from test_features import _mixed_file
+from test_parquet import _build
+
+
+def _same_index(tree: Tree, tmp_path, block: int = writers.STREAM_BLOCK) -> dict:
+    """Write ``tree`` both ways; assert same bytes and same (key, value) order; return the summary."""
+    writers.write_json(writers.to_refs(tree), tmp_path / "dict.json")
+    summary = writers.write_json_stream(tree, tmp_path / "stream.json", block=block)
+    want, got = (tmp_path / "dict.json").read_bytes(), (tmp_path / "stream.json").read_bytes()
+    a, b = json.loads(want), json.loads(got)
+    assert list(a) == list(b) and list(a["refs"].items()) == list(b["refs"].items())
+    assert a == b and want == got
+    assert summary["bytes"] == len(got) and summary["keys"] == len(b["refs"])
+    return summary
+
+
+def _tree_of(path, **kw) -> Tree:
+    trees = []
+    refindex.scan(str(path), sink=trees.append, **kw)
+    return trees[0]
+
+
+@pytest.mark.parametrize("kw", [{}, {"contiguous_chunk_bytes": 4096}, {"inline_threshold": 0},
+                                {"inline_threshold": 10**6}])
+def test_stream_equals_dict_for_feature_rich_file(tmp_path, kw):
+    src = tmp_path / "mixed.h5"
+    _build(src)
+    tree = _tree_of(src, **kw)
+    s = _same_index(tree, tmp_path)
+    _same_index(tree, tmp_path, block=3)  # many blocks per array
+    refs = json.loads((tmp_path / "stream.json").read_text())["refs"]
+    assert s["chunks_referenced"] == sum(isinstance(v, list) for v in refs.values())
+    assert s["inline_chunks"] == sum(isinstance(v, str) and v.startswith("base64:") for v in refs.values())
+
+
+def test_stream_equals_dict_for_mixed_file(tmp_path):
+    src = tmp_path / "m.h5"
+    _mixed_file(src)
+    _same_index(_tree_of(src), tmp_path)
+
+
+def _table(coords, offsets, sizes, url=None) -> ChunkTable:
+    c = np.asarray(coords, dtype=np.int64)
+    return ChunkTable(c, np.asarray(offsets, np.uint64), np.asarray(sizes, np.uint64), url)
+
+
+def test_stream_edge_cases(tmp_path):
+    """Chunk both inlined and referenced, odd names, scalar, root array, another file's url, huge offsets."""
+    t = Tree(url="s3://bucket/{odd} name.h5", provenance={"note": "ünïcode"})
+    t.groups["/"] = GroupNode("/", attrs={"a": 1})
+    t.groups['/q"uote\\d'] = GroupNode('/q"uote\\d')
+    both = ArrayNode('/q"uote\\d/x{}%d', (4, 4), (2, 2), "<i4", 0,
+                     refs=_table([[0, 0], [1, 1], [0, 1]], [10, 20, 2**63 + 5], [1, 2, 3]),
+                     inline={"1.1": b"\x00\x01", "1.0": b"zz"})
+    scalar = ArrayNode("/s", (), (), "<f8", None, scalar=True, refs=_table(np.zeros((1, 0)), [7], [8]))
+    ext = ArrayNode("/ext", (3,), (1,), "<u1", 0, refs=_table([[2], [0]], [5, 1], [1, 1], url="other/file.h5"))
+    odd_inline = ArrayNode("/é", (2,), (1,), "<u1", 0, inline={"0": b"a", "1": b"b"})
+    empty = ArrayNode("/e", (0,), (1,), "<u1", 0, refs=ChunkTable.empty(1))
+    for a in (both, scalar, ext, odd_inline, empty):
+        t.arrays[a.path] = a
+    s = _same_index(t, tmp_path)
+    _same_index(t, tmp_path, block=1)
+    assert (s["chunks_referenced"], s["inline_chunks"]) == (3 + 1 + 2, 1 + 2)
+    refs = json.loads((tmp_path / "stream.json").read_text())["refs"]
+    assert refs['q"uote\\d/x{}%d/1.1'] == ["{{u}}", 20, 2]  # the reference wins, as in to_refs
+
+    root = Tree(url="f.h5")
+    root.arrays["/"] = ArrayNode("/", (2,), (1,), "<u1", 0, refs=_table([[0], [1]], [1, 2], [1, 1]))
+    _same_index(root, tmp_path)
+
+
+def test_atomic_on_failure(tmp_path, monkeypatch):
+    src = tmp_path / "mixed.h5"
+    _build(src)
+    tree = _tree_of(src, inline_threshold=0)
+    out = tmp_path / "out.json"
+    out.write_text("previous index")
+    real = writers._array_text
+
+    def failing(*args, **kw):
+        yield from real(*args, **kw)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writers, "_array_text", failing)
+    with pytest.raises(OSError, match="disk full"):
+        writers.write_json_stream(tree, out)
+    assert out.read_text() == "previous index"
+    assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]  # no temporary left behind
+
+    monkeypatch.setattr(writers, "_array_text", real)
+    bad = Tree(url="f.h5")
+    bad.arrays["/bad\udcff"] = ArrayNode("/bad\udcff", (1,), (1,), "<u1", 0, inline={"0": b"x"})
+    with pytest.raises(RefindexError, match="cannot write the index as JSON"):
+        writers.write_json_stream(bad, tmp_path / "new.json")
+    assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]
+
+
+def test_sink_runs_safety_checks(tmp_path):
+    """The checks scan() runs on the refs dict also guard the streamed path: nothing is written."""
+    t = Tree(url="s3://bucket/abcd1234secret/f.h5")
+    t.groups["/"] = GroupNode("/")
+    t.arrays["/x"] = ArrayNode("/x", (1,), (1,), "<u1", 0, compressor={"id": "pickle"}, inline={"0": b"x"})
+    with pytest.raises(RefindexError, match="allowlist"):
+        writers.make_json_sink(tmp_path / "a.json")(t)
+    t.arrays["/x"].compressor = None
+    with pytest.raises(RefindexError, match="secret"):
+        writers.make_json_sink(tmp_path / "a.json", {"token": "abcd1234secret"})(t)
+    assert os.listdir(tmp_path) == []
+    assert writers.make_json_sink(tmp_path / "a.json", {"token": "other"})(t)["inline_chunks"] == 1
+
+
+def test_scan_to_file_streamed_reads_back(tmp_path):
+    src = tmp_path / "mixed.h5"
+    _build(src)
+    refs = refindex.scan_to_file(str(src), tmp_path / "dict.json")
+    assert "refs" in refs  # the default still returns the dict
+    summary = refindex.scan_to_file(str(src), tmp_path / "stream.json", return_refs=False)
+    assert set(summary) == {"format", "keys", "chunks_referenced", "inline_chunks", "bytes", "skipped"}
+    assert (tmp_path / "dict.json").read_bytes() == (tmp_path / "stream.json").read_bytes()
+    assert summary == refindex.api.summary_of(refs, tmp_path / "dict.json")
+    g = consumer_open(json.loads((tmp_path / "stream.json").read_text()))
+    with h5py.File(src) as f:
+        for name in ("chunked", "sparse", "acquisition/ElectricalSeries/data", "processing/module.v2/odd name"):
+            assert_same_values(f[name][...], zvalues(g[name]))
+    # isolate builds the dict in the worker: written the same, summary returned
+    iso = refindex.scan_to_file(str(src), tmp_path / "iso.json", return_refs=False, isolate=True, timeout=60)
+    assert iso == summary and (tmp_path / "iso.json").read_bytes() == (tmp_path / "dict.json").read_bytes()
+
+
+def test_cli_scan_streams_same_bytes(tmp_path, capsys):
+    src = tmp_path / "mixed.h5"
+    _build(src)
+    refindex.scan_to_file(str(src), tmp_path / "dict.json")
+    assert cli_main(["scan", str(src), "-o", str(tmp_path / "cli.json")]) == 0
+    assert (tmp_path / "cli.json").read_bytes() == (tmp_path / "dict.json").read_bytes()
+    n = len(json.loads((tmp_path / "dict.json").read_text())["refs"])
+    assert f"{n} keys" in capsys.readouterr().err
