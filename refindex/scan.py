@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover
     pass
 
 MiB = 1 << 20
+BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
 
 # HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
 _HIDDEN_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
@@ -635,11 +636,23 @@ class Scanner:
                 node.inline.clear()
                 return self._inline_decoded(d, node, plan, "chunks written with filters skipped, and the "
                                             "pipeline cannot re-encode them")
-        for i in np.nonzero(small & ~odd)[0]:
-            coord = table.coords[i]
-            origin = tuple(int(c) * s for c, s in zip(coord[: len(d.shape)], chunks))
-            _mask, raw = dsid.read_direct_chunk(origin)
-            node.inline[chunk_key(coord)] = bytes(raw)
+        tiny = np.nonzero(small & ~odd)[0]
+        if len(tiny) <= BULK_INLINE:
+            # libhdf5 looks each chunk up by its position: the bytes its own reads use.
+            for i in tiny:
+                coord = table.coords[i]
+                origin = tuple(int(c) * s for c, s in zip(coord[: len(d.shape)], chunks))
+                node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(origin)[1])
+        else:  # many tiny chunks: a few merged reads instead of a libhdf5 call each
+            datas = self._read_many(table.url, table.offsets[tiny], table.sizes[tiny])
+            for coord, raw in zip(table.coords[tiny].tolist(), datas):
+                node.inline[chunk_key(coord)] = raw
+            if self._want_sample_check():
+                for i in sorted({0, len(tiny) // 2, len(tiny) - 1}):
+                    if not self._chunk_agrees(d, node, nd, table.coords[tiny[i]], datas[i]):
+                        node.inline.clear()
+                        return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values "
+                                                    "than libhdf5 reads (damaged chunk index?)")
         node.refs = table.take(~(odd | small))
         if self._want_sample_check() and len(node.refs):
             n = len(node.refs)
@@ -652,6 +665,29 @@ class Scanner:
                     return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values than "
                                                 "libhdf5 reads (damaged chunk index?)")
         return node
+
+    def _read_many(self, url: str | None, offsets: np.ndarray, sizes: np.ndarray,
+                   max_gap: int = 64 << 10, max_span: int = 64 << 20) -> list[bytes]:
+        """The stored bytes of many small chunks, read as a few merged ranges (not one call each)."""
+        order = np.argsort(offsets, kind="stable")
+        offs, lens = offsets[order].astype(np.int64), sizes[order].astype(np.int64)
+        out: list[bytes] = [b""] * len(order)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            hi = offs[start] + lens[start]
+            while end < len(order) and offs[end] - hi <= max_gap and offs[end] + lens[end] - offs[start] <= max_span:
+                hi = max(hi, offs[end] + lens[end])
+                end += 1
+            base = int(offs[start])
+            span = self._read_file(url, base, int(hi) - base)
+            if len(span) != int(hi) - base:
+                raise self.fail(None, f"short read of {int(hi) - base} bytes at {base}", RefindexError)
+            for j in range(start, end):
+                a = int(offs[j]) - base
+                out[order[j]] = span[a : a + int(lens[j])]
+            start = end
+        return out
 
     def _damaged_table(self, table: ChunkTable) -> str | None:
         """Why a chunk table cannot describe real chunks (a damaged file), or None."""

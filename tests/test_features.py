@@ -820,3 +820,18 @@ def test_verify_reports_exact(h5path):
     assert report.ok, report.summary()
     assert {r.status for r in report.results} == {"exact"}
     assert {r.path for r in report.results} >= {"/a", "/s", "/g/c", "/g/v", "/link", "/r"}
+
+
+def test_many_tiny_chunks_inline_in_bulk_reads(tmp_path):
+    """More than BULK_INLINE chunks below the inline threshold: read in merged ranges, values exact."""
+    from refindex.scan import BULK_INLINE
+
+    path = tmp_path / "tiny.h5"
+    rng = np.random.default_rng(7)
+    data = rng.integers(0, 255, (160, 100), dtype="u1")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("t", data=data, chunks=(1, 1), compression="gzip")  # 16,000 tiny gzip chunks
+    assert 160 * 100 > BULK_INLINE
+    refs, root = scan_open(path)
+    assert all(isinstance(refs["refs"][f"t/{i}.{j}"], str) for i in (0, 80, 159) for j in (0, 99))  # inline
+    np.testing.assert_array_equal(root["t"][...], data)
