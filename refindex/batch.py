@@ -338,6 +338,23 @@ def _counts_json(refs: dict[str, Any]) -> dict[str, int]:
     return {"keys": len(keys), "arrays": arrays, "chunks": chunks, "inline_chunks": inline}
 
 
+def _scan_json_streamed(source: str, path: str, storage_options: dict[str, Any] | None,
+                        scan_kwargs: dict[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
+    """Local JSON index written straight from the chunk tables (no dict of every chunk in memory)."""
+    from . import writers
+    from .api import scan
+
+    def sink(tree: Any) -> dict[str, Any]:
+        summary = writers.make_json_sink(path, storage_options)(tree)
+        return {"summary": summary, "arrays": len(tree.arrays), "source": tree.provenance.get("source") or {}}
+
+    out = scan(source, storage_options=storage_options, sink=sink, **scan_kwargs)
+    s = out["summary"]
+    counts = {"keys": s["keys"], "arrays": out["arrays"], "chunks": s["chunks_referenced"],
+              "inline_chunks": s["inline_chunks"], "index_bytes": s["bytes"]}
+    return counts, out["source"]
+
+
 def _put_json(refs: dict[str, Any], index: str, storage_options: dict[str, Any] | None) -> int:
     from . import writers
 
@@ -431,6 +448,8 @@ def index_one(source: str, index: str, fmt: Format = "json", storage_options: di
     try:
         if fmt == "parquet":
             counts, prov = _scan_parquet(source, index, storage_options, scan_kwargs)
+        elif _split(index)[0] == "file":
+            counts, prov = _scan_json_streamed(source, _split(index)[1], storage_options, scan_kwargs)
         else:
             from .api import scan
 
