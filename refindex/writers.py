@@ -137,20 +137,11 @@ def consolidated(meta: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def to_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
     """The RFS dict of ``tree``; metadata values are JSON strings as the format requires."""
-    templates = url_templates(tree)
-    refs: dict[str, Any] = {}
-    meta: dict[str, dict[str, Any]] = {}
-    for key, doc in metadata_items(tree):
-        refs[key] = _meta(doc)
-        meta[key] = doc
-    if consolidate:
-        refs[".zmetadata"] = _meta(consolidated(meta))
-    for keys, values in chunk_refs(tree, templates):
-        refs.update(zip(keys, values))
+    out = head_refs(tree, consolidate=consolidate)
     # Deterministic without sorting every chunk key: metadata sorted, then arrays in path
     # order with their chunks in chunk-index order (the same file lists them the same way).
-    out: dict[str, Any] = {"version": FORMAT_VERSION, "templates": templates, "refs": refs}
-    out["refindex"] = tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {})
+    for keys, values in chunk_refs(tree, out["templates"]):
+        out["refs"].update(zip(keys, values))
     return out
 
 
