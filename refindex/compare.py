@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import h5py
 import numpy as np
 
 
@@ -34,3 +35,14 @@ def records_equal(h: np.ndarray, z: np.ndarray) -> bool:
     if z.dtype.names:
         return np.ascontiguousarray(h).tobytes() == np.ascontiguousarray(z).tobytes()
     return leaf_equal(h, z)
+
+
+def object_key(obj) -> tuple:
+    """(file number, object address) of an h5py object: equal keys mean one HDF5 object.
+
+    Uses ``H5Gget_objinfo`` (header fields only).  ``h5o.get_info`` asks libhdf5 for every
+    field, including the metadata size of a chunked dataset, which walks its whole chunk
+    index: 65 ms per call for 500,000 chunks, and extra requests on a remote file.
+    """
+    st = h5py.h5g.get_objinfo(obj.id if hasattr(obj, "id") else obj)
+    return (st.fileno, st.objno)

@@ -130,7 +130,7 @@ def prefetch_tree(h5, raw, limit: int = 100_000) -> int:
         return 0
     seen: set[int] = set()
     level = [h5.id]
-    root = h5o.get_info(h5.id).addr
+    root = h5g.get_objinfo(h5.id).objno[0]  # header fields only: no walk of the root's indexes
     pending = [root]
     try:
         while level and len(seen) < limit:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import h5py
 import numpy as np
 
-from .compare import leaf_equal, records_equal
+from .compare import leaf_equal, object_key, records_equal
 from .errors import RefindexError
 
 try:
@@ -58,14 +58,10 @@ class VerifyReport:
         return f"{self.file}: {len(self.results)} datasets: {counts or 'none'}"
 
 
-def _objkey(obj) -> tuple[int, int]:
-    info = h5py.h5o.get_info(obj.id)
-    return (info.fileno, info.addr)
-
 
 def dataset_names(f: h5py.File) -> Iterator[tuple[str, h5py.Dataset, str]]:
     """(path, dataset, how) for every name that leads to a dataset: hard links, then soft links."""
-    seen_groups = {_objkey(f)}
+    seen_groups = {object_key(f)}
     stack: list[tuple[str, h5py.Group]] = [("/", f)]
     while stack:
         path, g = stack.pop()
@@ -82,7 +78,7 @@ def dataset_names(f: h5py.File) -> Iterator[tuple[str, h5py.Dataset, str]]:
             if isinstance(obj, h5py.Dataset):
                 yield child, obj, how
             elif isinstance(obj, h5py.Group) and how == "hard":
-                key = _objkey(obj)
+                key = object_key(obj)
                 if key not in seen_groups:
                     seen_groups.add(key)
                     stack.append((child, obj))
@@ -108,7 +104,7 @@ class _Comparer:
         if not isinstance(z, dict) or not z.get("path"):
             return False
         try:
-            same = _objkey(self.f[h_ref]) == _objkey(self.f[z["path"]])
+            same = object_key(self.f[h_ref]) == object_key(self.f[z["path"]])
         except Exception:
             return False
         if isinstance(h_ref, h5py.RegionReference):
