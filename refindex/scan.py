@@ -9,19 +9,20 @@ threshold.  Every dataset either gets an exact representation or raises
 
 from __future__ import annotations
 
-import array
+import gc
 import json
 import os
 import posixpath
 import time
 from dataclasses import asdict, dataclass
+from operator import itemgetter
 from typing import Any, Literal
 
 import h5py
 import numpy as np
 
 from . import codecs
-from .compare import records_equal
+from .compare import object_key, records_equal
 from .errors import RefindexError, UnsupportedError
 from .model import ArrayNode, ChunkTable, GroupNode, LinkNode, Tree, join
 
@@ -72,10 +73,6 @@ class ScanOptions:
 def chunk_key(coords) -> str:
     return ".".join(str(int(c)) for c in coords) if len(coords) else "0"
 
-
-def _objkey(obj) -> tuple[int, int]:
-    info = h5py.h5o.get_info(obj.id)
-    return (info.fileno, info.addr)
 
 
 def unsafe_type(tid) -> str | None:
@@ -168,7 +165,7 @@ class Scanner:
     def index_objects(self) -> None:
         """First pass over hard links: the canonical (first, sorted depth-first) path of every object."""
         stack = [("/", self.f)]
-        self.canonical[_objkey(self.f)] = "/"
+        self.canonical[object_key(self.f)] = "/"
         while stack:
             path, g = stack.pop()
             kids = []
@@ -184,7 +181,7 @@ class Scanner:
                     obj = g[name]
                 except Exception as e:
                     raise self.fail(child, f"cannot open object: {e}", RefindexError) from e
-                key = _objkey(obj)
+                key = object_key(obj)
                 if key in self.canonical:
                     continue
                 self.canonical[key] = child
@@ -193,7 +190,7 @@ class Scanner:
             stack.extend(reversed(kids))
 
     def canonical_path(self, obj) -> str:
-        key = _objkey(obj)
+        key = object_key(obj)
         return self.canonical.get(key) or obj.name
 
     def object_id_of(self, obj) -> str | None:
@@ -327,7 +324,7 @@ class Scanner:
                 self.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
                 continue
             obj = g[name]
-            canon = self.canonical.get(_objkey(obj))
+            canon = self.canonical.get(object_key(obj))
             if canon != child:
                 self.tree.links.append(LinkNode(name, path, "hard", canon, target_object_id=self.object_id_of(obj)))
                 continue
@@ -701,8 +698,11 @@ class Scanner:
         span = c.max(axis=0).astype(np.float64) + 1
         if float(np.prod(span)) < 2**62:  # linear chunk numbers: one int64 sort
             linear = np.ravel_multi_index(tuple(c.T), tuple(int(x) for x in span))
-            s = np.sort(linear)  # ~20x faster than np.unique's hashing for 10^5+ chunks
-            dup = bool((s[1:] == s[:-1]).any())
+            if bool((linear[1:] > linear[:-1]).all()):  # B-tree order: already sorted, no duplicate
+                dup = False
+            else:
+                s = np.sort(linear)  # ~20x faster than np.unique's hashing for 10^5+ chunks
+                dup = bool((s[1:] == s[:-1]).any())
         else:
             dup = len(np.unique(c, axis=0)) != len(c)
         if dup:
@@ -743,6 +743,8 @@ class Scanner:
         ndim = len(d.shape)
         chunks = np.asarray(node.chunks[:ndim], np.int64)
         shape = np.asarray(d.shape, np.int64)
+        if not (shape % chunks).any():
+            return flags  # the chunks tile the extent: no partial edge chunk
         partial = (((table.coords[:, :ndim] + 1) * chunks) > shape).any(axis=1)
         cands = np.nonzero(partial & (table.sizes == np.uint64(chunk_nbytes)))[0]
         if not len(cands):
@@ -755,26 +757,54 @@ class Scanner:
         return flags
 
     def _chunk_table(self, d: h5py.Dataset, ndim: int, chunks, extra) -> tuple[ChunkTable, np.ndarray]:
-        """One pass of ``chunk_iter`` into a flat int64 buffer (no per-chunk Python objects kept).
+        """One pass of ``chunk_iter`` into int64 blocks (no per-chunk Python objects kept).
 
-        Each chunk adds ``ndim + 3`` integers: its element offset, byte offset, size and
-        filter mask.  That is about 40 bytes per chunk for 2-D data, so 10^7 chunks fit.
+        The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
+        the list becomes one numpy block (``ndim + 3`` integers a chunk: element offset,
+        filter mask, byte offset, size), so memory stays near 40 bytes a chunk for 2-D data
+        and the per-chunk Python work is one list extend.
         """
-        flat = array.array("q")
-        extend = flat.extend
+        width = ndim + 3
+        pending: list = []
+        extend = pending.extend
+        blocks: list[np.ndarray] = []
+        limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
 
-        def cb(info):
-            extend(info.chunk_offset)
-            extend((info.byte_offset, info.size, info.filter_mask))
+        def flush() -> None:
+            n = len(pending) // 4
+            if not n:
+                return
+            block = np.empty((n, width), np.int64)
+            offsets = pending[0::4]
+            for i in range(ndim):  # a column at a time: faster than flattening the tuples
+                block[:, i] = np.fromiter(map(itemgetter(i), offsets), np.int64, count=n)
+            for i in range(3):
+                block[:, ndim + i] = np.fromiter(pending[1 + i::4], np.int64, count=n)
+            blocks.append(block)
+            pending.clear()
 
-        d.id.chunk_iter(cb)
-        rows = np.frombuffer(flat, dtype=np.int64).reshape(-1, ndim + 3) if len(flat) else np.zeros((0, ndim + 3), np.int64)
+        def cb(info) -> None:
+            extend(info)  # chunk_offset, filter_mask, byte_offset, size
+            if len(pending) >= limit:
+                flush()
+
+        # The collector would scan the pending StoreInfo tuples again and again: nothing
+        # here forms reference cycles, so it is paused for the pass.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            d.id.chunk_iter(cb)
+        finally:
+            if was_enabled:
+                gc.enable()
+        flush()
+        rows = np.concatenate(blocks) if len(blocks) > 1 else blocks[0] if blocks else np.zeros((0, width), np.int64)
         n = rows.shape[0]
         c = rows[:, :ndim] // np.asarray(chunks[:ndim], dtype=np.int64)
         if extra:
             c = np.concatenate([c, np.zeros((n, len(extra)), np.int64)], axis=1)
-        table = ChunkTable(c, rows[:, ndim].astype(np.uint64), rows[:, ndim + 1].astype(np.uint64), None)
-        return table, rows[:, ndim + 2].astype(np.uint32)
+        table = ChunkTable(c, rows[:, ndim + 1].astype(np.uint64), rows[:, ndim + 2].astype(np.uint64), None)
+        return table, rows[:, ndim].astype(np.uint32)
 
     def _reencode_chunk(self, d: h5py.Dataset, node: ArrayNode, coord, nd: np.dtype) -> bytes:
         ndim = len(d.shape)
