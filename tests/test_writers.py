@@ -153,3 +153,21 @@ def test_cli_scan_streams_same_bytes(tmp_path, capsys):
     assert (tmp_path / "cli.json").read_bytes() == (tmp_path / "dict.json").read_bytes()
     n = len(json.loads((tmp_path / "dict.json").read_text())["refs"])
     assert f"{n} keys" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64, np.uint32])
+def test_format_rows_equals_percent_formatting(dtype):
+    """The column-wise formatter gives exactly the bytes of %-formatting each row."""
+    rng = np.random.default_rng(7)
+    info = np.iinfo(dtype)
+    for n in (0, 1, 3, 2_000):
+        for hi in (1, 10, 9_999, 10_000, 10**7, int(info.max)):
+            a = rng.integers(0, 1_000, n)
+            b = rng.integers(0, hi, n, dtype=dtype, endpoint=True)
+            want = b"".join(b',"x/%d.%d":["{{u}}",%d]' % (i, j, 31) for i, j in zip(a.tolist(), b.tolist()))
+            got = writers.format_rows([b',"x/', a, b".", b, b'":["{{u}}",', np.full(n, 31), b"]"])
+            assert got == want
+    edge = np.array([0, 9, 10, 9_999, 10_000, 2**63 - 1, 2**63, 2**64 - 1], np.uint64)
+    assert writers.format_rows([b"<", edge, b">"]) == b"".join(b"<%d>" % v for v in edge.tolist())
+    with pytest.raises(ValueError, match="negative"):
+        writers.format_rows([b"<", np.array([3, -1]), b">"])
