@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import child_main, path_size, run_child, table, timed, verdict  # noqa: E402
+from common import child_main, path_size, run_child, run_repeated, table, timed, verdict  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 
@@ -84,35 +84,37 @@ def parquet_available() -> bool:
         os.path.join(os.path.dirname(api.__file__), "parquet.py"))
 
 
-def run(rows: int, cols: int, chunk: int, timeout: float) -> str:
+def run(rows: int, cols: int, chunk: int, timeout: float, repeat: int = 5) -> str:
     from datafiles import many_chunks
 
     src = str(many_chunks(rows, cols, chunk))
     nchunks = -(-rows // chunk) * -(-cols // chunk)
     base = os.path.join(OUT, f"p1_{rows}x{cols}")
     me = os.path.abspath(__file__)
-    res: dict[str, dict[str, Any]] = {}
-    res["baseline"] = run_child(me, "baseline", [], timeout)
-    res["floor"] = run_child(me, "floor", [src], timeout)
-    res["refindex json"] = run_child(me, "refindex", [src, base + ".refindex.json"], timeout)
-    res["refindex json, default inlining"] = run_child(
-        me, "refindex", [src, base + ".refindex-inline.json", "json", "default"], timeout)
+    jobs = {
+        "floor": (me, "floor", [src]),
+        "refindex json": (me, "refindex", [src, base + ".refindex.json"]),
+        "refindex json, default inlining": (me, "refindex", [src, base + ".refindex-inline.json", "json", "default"]),
+    }
     if parquet_available():
-        res["refindex parquet"] = run_child(me, "refindex", [src, base + ".refindex.parquet", "parquet"], timeout)
-    else:
-        res["refindex parquet"] = {"status": "n/a"}
-    res["kerchunk"] = run_child(me, "kerchunk", [src, base + ".kerchunk.json"], timeout)
+        jobs["refindex parquet"] = (me, "refindex", [src, base + ".refindex.parquet", "parquet"])
+    jobs["kerchunk"] = (me, "kerchunk", [src, base + ".kerchunk.json"])
+    res: dict[str, dict[str, Any]] = {"baseline": run_child(me, "baseline", [], timeout)}
+    res.update(run_repeated(jobs, repeat, timeout))
+    res.setdefault("refindex parquet", {"status": "n/a"})
 
     rows_out = []
     for name, r in res.items():
         ok = r.get("status") == "ok"
         b = r.get("bytes")
         rows_out.append([name, r.get("status") if not ok else "ok", r.get("seconds") if ok else None,
-                         r.get("peak_rss_mb"), b, (b / nchunks) if b else None, r.get("error", "")])
+                         r.get("peak_rss_mb"), b, (b / nchunks) if b else None,
+                         r.get("error", "") or ("runs " + " ".join(f"{x:.2f}" for x in r["runs"]) if r.get("runs") else "")])
     txt = [f"### P1 local scan: {rows}x{cols} float32, {chunk}x{chunk} gzip chunks ({nchunks:,} chunks)", "",
            "Reference indexes (inline threshold 0 for both tools: these ~30-byte chunks would otherwise "
            "all be copied in; the 'default inlining' row shows that). 'floor' is `dset.id.chunk_iter` "
-           "alone; 'baseline' an interpreter that only imported the tools.", "",
+           "alone; 'baseline' an interpreter that only imported the tools. Each tool ran "
+           f"{repeat} times, interleaved, each run in a fresh process; wall s is the median, peak RSS the largest.", "",
            table(["tool", "status", "wall s", "peak RSS MB", "index bytes", "bytes/chunk", "note"], rows_out), ""]
     ri, kc, fl, pq = res["refindex json"], res["kerchunk"], res["floor"], res["refindex parquet"]
     checks = []
@@ -151,9 +153,10 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--cols", type=int, default=1000)
     p.add_argument("--chunk", type=int, default=2)
     p.add_argument("--timeout", type=float, default=600, help="seconds before a tool counts as hung")
+    p.add_argument("--repeat", type=int, default=5, help="runs of each tool (median reported)")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    text = run(a.rows, a.cols, a.chunk, a.timeout)
+    text = run(a.rows, a.cols, a.chunk, a.timeout, a.repeat)
     print(text)
     print(f"(P1 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return text
