@@ -43,6 +43,8 @@ class ChunkTable:
         )
 
     def take(self, mask: np.ndarray) -> "ChunkTable":
+        if mask.dtype == bool and mask.all():
+            return self  # tables are never modified in place: no copy of millions of rows
         index = self.url_index[mask] if self.url_index is not None else None
         return ChunkTable(self.coords[mask], self.offsets[mask], self.sizes[mask], self.url, self.urls, index)
 

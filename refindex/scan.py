@@ -9,6 +9,7 @@ threshold.  Every dataset either gets an exact representation or raises
 
 from __future__ import annotations
 
+import array
 import gc
 import json
 import os
@@ -757,30 +758,33 @@ class Scanner:
         return flags
 
     def _chunk_table(self, d: h5py.Dataset, ndim: int, chunks, extra) -> tuple[ChunkTable, np.ndarray]:
-        """One pass of ``chunk_iter`` into int64 blocks (no per-chunk Python objects kept).
+        """One pass of ``chunk_iter`` into numpy columns (no per-chunk Python objects kept).
 
         The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
-        the list becomes one numpy block (``ndim + 3`` integers a chunk: element offset,
-        filter mask, byte offset, size), so memory stays near 40 bytes a chunk for 2-D data
-        and the per-chunk Python work is one list extend.
+        the list becomes numpy blocks of the final columns (grid coordinates, offsets,
+        sizes, filter masks), so memory stays near 40 bytes a chunk for 2-D data and the
+        per-chunk Python work is one list extend.
         """
-        width = ndim + 3
         pending: list = []
         extend = pending.extend
-        blocks: list[np.ndarray] = []
+        step = np.asarray(chunks[:ndim], dtype=np.int64)
+        coords: list[np.ndarray] = []
+        columns: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])  # masks, offsets, sizes
         limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
 
         def flush() -> None:
             n = len(pending) // 4
             if not n:
                 return
-            block = np.empty((n, width), np.int64)
-            offsets = pending[0::4]
+            block = np.empty((n, ndim + len(extra)), np.int64)
+            origins = pending[0::4]
             for i in range(ndim):  # a column at a time: faster than flattening the tuples
-                block[:, i] = np.fromiter(map(itemgetter(i), offsets), np.int64, count=n)
-            for i in range(3):
-                block[:, ndim + i] = np.fromiter(pending[1 + i::4], np.int64, count=n)
-            blocks.append(block)
+                block[:, i] = np.fromiter(map(itemgetter(i), origins), np.int64, count=n)
+            block[:, :ndim] //= step
+            block[:, ndim:] = 0
+            coords.append(block)
+            for i, col in enumerate(columns):  # array.array from a list: 2x faster than np.fromiter
+                col.append(np.frombuffer(array.array("Q", pending[1 + i::4]), np.uint64))
             pending.clear()
 
         def cb(info) -> None:
@@ -798,13 +802,15 @@ class Scanner:
             if was_enabled:
                 gc.enable()
         flush()
-        rows = np.concatenate(blocks) if len(blocks) > 1 else blocks[0] if blocks else np.zeros((0, width), np.int64)
-        n = rows.shape[0]
-        c = rows[:, :ndim] // np.asarray(chunks[:ndim], dtype=np.int64)
-        if extra:
-            c = np.concatenate([c, np.zeros((n, len(extra)), np.int64)], axis=1)
-        table = ChunkTable(c, rows[:, ndim + 1].astype(np.uint64), rows[:, ndim + 2].astype(np.uint64), None)
-        return table, rows[:, ndim].astype(np.uint32)
+
+        def joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+            out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else empty
+            parts.clear()  # each block is freed as soon as it is copied
+            return out
+
+        c = joined(coords, np.zeros((0, ndim + len(extra)), np.int64))
+        masks, offsets, sizes = (joined(col, np.zeros(0, np.uint64)) for col in columns)
+        return ChunkTable(c, offsets, sizes, None), masks.astype(np.uint32)
 
     def _reencode_chunk(self, d: h5py.Dataset, node: ArrayNode, coord, nd: np.dtype) -> bytes:
         ndim = len(d.shape)
