@@ -73,6 +73,7 @@ def scan(
         opts.contiguous_chunk_bytes = contiguous_chunk_bytes or None
     with open_source(source, storage_options, cache) as src:
         target = safety.strip_credentials(url or src.url)
+        safety.check_target_url(target, explicit=url is not None)
         scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes)
         try:
             tree = scanner.run()

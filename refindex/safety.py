@@ -13,7 +13,7 @@ import json
 import os
 import posixpath
 from typing import Any, Iterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .errors import RefindexError, UnsupportedError
 
@@ -73,6 +73,44 @@ def strip_credentials(url: str) -> str:
         return url
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+# Query parameters that make a URL a signed, expiring credential (lower case).
+_SIGNING_PARAMS = (
+    ("x-amz-signature",), ("x-amz-credential",), ("x-amz-security-token",),  # S3 presigned (SigV4)
+    ("awsaccesskeyid", "signature"),  # S3 presigned (SigV2)
+    ("x-goog-signature",), ("x-goog-credential",),  # GCS signed URLs
+    ("sig", "sv"), ("sig", "se"),  # Azure SAS tokens
+    ("signature", "key-pair-id"), ("policy", "key-pair-id"),  # CloudFront signed URLs
+)
+
+
+def signing_params(url: str) -> list[str]:
+    """The query parameters that make ``url`` a signed (expiring, credential-bearing) URL, if any."""
+    if "?" not in url or "://" not in url:
+        return []
+    names = {k.lower(): k for k, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)}
+    found: list[str] = []
+    for group in _SIGNING_PARAMS:
+        if all(g in names for g in group):
+            found += [names[g] for g in group if names[g] not in found]
+    return found
+
+
+def check_target_url(target: str, explicit: bool) -> None:
+    """Refuse to record a presigned source URL in an index, unless the caller chose it as ``url``.
+
+    A signed URL embeds a credential and stops working when it expires, so an index built
+    from it would leak the one and soon break; the index should point at the durable URL.
+    """
+    found = signing_params(target)
+    if found and not explicit:
+        raise RefindexError(
+            f"the source URL is signed ({', '.join(found)}): the index would carry that credential and "
+            "break when it expires; pass url= / --url with the durable URL the references should point at "
+            "(e.g. s3://bucket/key), or that same signed URL to keep it deliberately",
+            file=target.split("?", 1)[0],  # the error itself must not print the credential
+        )
 
 
 def secret_values(storage_options: dict[str, Any] | None) -> list[str]:

@@ -190,3 +190,48 @@ def test_s3_missing_object_is_clear_error(s3):
     opts, _ = s3
     with pytest.raises(RefindexError):
         refindex.scan(f"s3://{BUCKET}/does-not-exist.h5", storage_options=opts)
+
+
+def test_presigned_url_is_not_written_into_the_index(s3, tmp_path):
+    """A presigned HTTPS URL (a credential that expires) is refused as the index's target
+    unless the caller names the URL to record; with ``url=s3://...`` the index equals the S3 one."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    opts, local = s3
+    client = boto3.client("s3", endpoint_url=opts["endpoint_url"], aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                          region_name="us-east-1", config=Config(signature_version="s3v4"))
+    signed = client.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": "plain.h5"},
+                                           ExpiresIn=600)
+    assert "X-Amz-Signature=" in signed
+    signature = signed.split("X-Amz-Signature=")[1].split("&")[0]
+    out = tmp_path / "signed.json"
+    with pytest.raises(RefindexError, match="X-Amz-Signature") as err:
+        refindex.scan_to_file(signed, out)
+    assert signature not in str(err.value)  # the error does not print the credential either
+    assert not out.exists()
+    code = cli_main(["scan", signed, "-o", str(out)])
+    assert code != 0 and not out.exists()
+
+    # Read through the signed URL, record the durable one: same index as scanning s3:// directly.
+    durable = f"s3://{BUCKET}/plain.h5"
+    refs = refindex.scan(signed, url=durable)
+    assert signature not in json.dumps(refs)
+    assert refs["refs"] == refindex.scan(durable, storage_options=opts)["refs"]
+    assert refs["templates"] == {"u": durable}
+    g = refindex.open(json.loads(json.dumps(refs)), remote_options=_remote(opts))
+    assert _assert_values(g, local / "plain.h5", False) >= 3
+
+
+def test_signing_params_detection():
+    from refindex.safety import signing_params
+
+    assert signing_params("https://b.s3.amazonaws.com/k.nwb?X-Amz-Algorithm=A&X-Amz-Credential=c&"
+                          "X-Amz-Signature=s") == ["X-Amz-Signature", "X-Amz-Credential"]
+    assert signing_params("https://acct.blob.core.windows.net/c/f.h5?sv=2024&se=2026&sig=abc") == ["sig", "sv", "se"]
+    assert signing_params("https://storage.googleapis.com/b/f.h5?X-Goog-Signature=x") == ["X-Goog-Signature"]
+    assert signing_params("https://d.cloudfront.net/f.h5?Expires=1&Signature=s&Key-Pair-Id=k") == ["Signature", "Key-Pair-Id"]
+    # ordinary query strings and local paths are left alone
+    assert signing_params("https://api.dandiarchive.org/api/assets/abc/download/") == []
+    assert signing_params("https://example.org/data.h5?version=2") == []
+    assert signing_params("/data/file.h5?sig=1&sv=2") == []
