@@ -135,6 +135,11 @@ def run(rows: int, cols: int, chunk: int, timeout: float, repeat: int = 5) -> st
     if ri.get("status") == "ok":
         bpc = ri["bytes"] / nchunks
         checks.append(f"- refindex JSON bytes/chunk: {bpc:.1f} (target <= 30): {verdict(bpc <= 30)}")
+        fl_b = json_floor(base + ".refindex.json")
+        if fl_b:
+            checks.append(f"  (the least any RFS v1 JSON can spend on these chunk entries is {fl_b:.1f} B/chunk: "
+                          'quoted key, colon, the shortest template reference "{{u}}", decimal offset and size, '
+                          "no whitespace; fsspec's reader needs the URL field in every entry)")
     if pq.get("status") == "ok":
         bpc = pq["bytes"] / nchunks
         checks.append(f"- refindex parquet bytes/chunk: {bpc:.1f} (target <= 10): {verdict(bpc <= 10)}")
@@ -142,6 +147,22 @@ def run(rows: int, cols: int, chunk: int, timeout: float, repeat: int = 5) -> st
         checks.append(f"- refindex parquet: {pq.get('status')} {pq.get('error', '')}".rstrip())
     txt += checks + [""]
     return "\n".join(txt)
+
+
+def json_floor(path: str) -> float | None:
+    """Bytes per referenced chunk that RFS v1 JSON cannot go below for the keys and offsets in ``path``.
+
+    An entry is ``"key":["{{t}}",offset,size]`` plus a separating comma: a one-character
+    template name is the shortest URL field fsspec's reader accepts.
+    """
+    try:
+        with open(path) as fh:
+            refs = json.load(fh)["refs"]
+    except (OSError, ValueError, KeyError):
+        return None
+    sizes = [len(json.dumps(k)) + len(':["{{u}}",') + len(str(v[1])) + 1 + len(str(v[2])) + len("],")
+             for k, v in refs.items() if isinstance(v, list) and len(v) == 3]
+    return sum(sizes) / len(sizes) if sizes else None
 
 
 def main(argv: list[str] | None = None) -> str:
