@@ -74,7 +74,7 @@ def scan(
     with open_source(source, storage_options, cache) as src:
         target = safety.strip_credentials(url or src.url)
         safety.check_target_url(target, explicit=url is not None)
-        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes)
+        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes, fs_for=src.fs_for)
         try:
             tree = scanner.run()
         except RefindexError:

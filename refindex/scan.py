@@ -134,15 +134,22 @@ def _opaque_attr(aid) -> dict[str, Any]:
     }
 
 
+def _url_to_fs(url: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
 def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 class Scanner:
     def __init__(self, h5: h5py.File, url: str, file_size: int, options: ScanOptions, label: str | None = None,
-                 reader=None):
+                 reader=None, fs_for=None):
         self.f = h5
         self.reader = reader  # (url or None for the scanned file, start, length) -> bytes
+        self.fs_for = fs_for or _url_to_fs  # url -> (fsspec filesystem, path) for other files
         self.url = url
         self.file_size = file_size
         self.opts = options
@@ -446,11 +453,14 @@ class Scanner:
 
     def _virtual(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan) -> ArrayNode:
         """References into the source files where the mappings allow it (refindex.vds), else inline values."""
-        from .vds import virtual_or_none
+        from .vds import sources_unreadable, virtual_or_none
 
         done, why = virtual_or_none(self, d, node, plan)
         if done is not None:
             return done
+        problem = sources_unreadable(self, d)
+        if problem:  # the values libhdf5 would give are fill values, not the data
+            raise self.fail(node.path, f"virtual dataset cannot be indexed by reference ({why}), and {problem}")
         return self._inline_decoded(d, node, plan, f"virtual dataset (data gathered from its source files: {why})")
 
     def _fillvalue(self, d: h5py.Dataset, nd: np.dtype):
@@ -943,10 +953,8 @@ class Scanner:
         return self._inline_decoded(d, node, plan, "external raw storage spread over several files")
 
     def _external_size(self, url: str, node: ArrayNode) -> int:
-        import fsspec
-
         try:
-            fs, p = fsspec.core.url_to_fs(url)
+            fs, p = self.fs_for(url)
             return int(fs.size(p))
         except FileNotFoundError as e:
             raise self.fail(node.path, f"external raw storage file {url} is missing", RefindexError) from e

@@ -248,13 +248,24 @@ class Source:
     info: dict[str, Any] = field(default_factory=dict)  # size, etag/mtime for provenance
     fs: Any = None
     path: str = ""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def fs_for(self, url: str) -> tuple[Any, str]:
+        """(filesystem, path) of another file the scan needs (external storage, VDS sources, links).
+
+        Files under the same protocol as the source get the source's storage options
+        (endpoint, credentials), so a sibling object in the same bucket is reachable.
+        """
+        protocol, _ = split_protocol(url)
+        opts = self.storage_options if protocol == self.protocol else {}
+        return fsspec.core.url_to_fs(url, **opts)
 
     def read_bytes(self, url: str | None, start: int, length: int) -> bytes:
         """Bytes of the scanned file (``url`` None) or of another file next to it."""
         if url is None:
             fs, path = self.fs, self.path
         else:
-            fs, path = fsspec.core.url_to_fs(url)
+            fs, path = self.fs_for(url)
         try:
             return with_retries(fs.cat_file, path, start=start, end=start + length)
         except FileNotFoundError as e:
@@ -334,7 +345,8 @@ def open_source(
 
         prefetch_tree(h5, raw)
     try:
-        yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path)
+        yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path,
+                     storage_options=storage_options)
     finally:
         h5.close()
 

@@ -123,11 +123,10 @@ def _source_url(sc: "Scanner", name: str, path: str) -> str:
                           what="virtual dataset source file", file=sc.label, path=path)
 
 
-def _open(url: str, stack: ExitStack) -> h5py.File:
+def _open(sc: "Scanner", url: str, stack: ExitStack) -> h5py.File:
     if "://" in url and not url.startswith("file://"):
-        import fsspec
-
-        fh = stack.enter_context(fsspec.open(url, "rb"))
+        fs, path = sc.fs_for(url)  # the scan's storage options for objects beside the scanned one
+        fh = stack.enter_context(fs.open(path, "rb"))
         return stack.enter_context(h5py.File(fh, "r"))
     return stack.enter_context(h5py.File(url.removeprefix("file://"), "r"))
 
@@ -156,7 +155,7 @@ def _source_node(sc: "Scanner", d: h5py.Dataset, src: h5py.Dataset, url: str, no
     else:
         size = sc._external_size(url, node)
         sub = Scanner(src.file, url, size, dataclasses.replace(sc.opts, check_sample=False), label=url,
-                      reader=lambda u, start, n: sc._read_file(url if u is None else u, start, n))
+                      reader=lambda u, start, n: sc._read_file(url if u is None else u, start, n), fs_for=sc.fs_for)
     shape = tuple(int(s) for s in src.shape)
     tmp = ArrayNode(node.path, shape, shape, node.dtype, None, kind=node.kind)
     layout = dcpl.get_layout()
@@ -216,7 +215,7 @@ def index_virtual(sc: "Scanner", d: h5py.Dataset, node: ArrayNode, plan: codecs.
                 f = files[url]
             else:
                 try:
-                    f = files[url] = _open(url, stack)
+                    f = files[url] = _open(sc, url, stack)
                 except Exception as e:  # missing, unreadable or not HDF5: libhdf5 reads fill values there
                     raise NotPossible(f"source file {url} cannot be opened ({e})") from e
             src = f.get(m.dset_name)
@@ -268,6 +267,30 @@ def index_virtual(sc: "Scanner", d: h5py.Dataset, node: ArrayNode, plan: codecs.
     return node
 
 
+def sources_unreadable(sc: "Scanner", d: h5py.Dataset) -> str | None:
+    """Why libhdf5 would read fill values instead of some source's data, or None.
+
+    libhdf5 looks for a virtual dataset's source files beside the file it opened (then in
+    the working directory) and silently reads fill values where one is missing.  A file
+    opened through fsspec has no folder libhdf5 can look in, so it never finds them.
+    """
+    import os
+
+    names = sorted({m.file_name for m in d.virtual_sources() if m.file_name != "."})
+    if not names:
+        return None
+    if "://" in sc.label and not sc.label.startswith("file://"):
+        return (f"libhdf5 cannot open the source files of a virtual dataset in a remote file "
+                f"(it would read fill values instead of {names[0]})")
+    here = os.path.dirname(os.path.abspath(sc.label.removeprefix("file://")))
+    for name in names:
+        if "%" in name:  # printf-style patterns name files that may legitimately not exist yet
+            continue
+        if not (os.path.exists(os.path.join(here, name)) or os.path.exists(name)):
+            return f"its source file {name} is missing (libhdf5 reads fill values in its place)"
+    return None
+
+
 def virtual_or_none(sc: "Scanner", d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan) -> tuple[ArrayNode | None, str]:
     """(node indexed by reference, "") or (None, why it must be inlined)."""
     try:
@@ -277,4 +300,4 @@ def virtual_or_none(sc: "Scanner", d: h5py.Dataset, node: ArrayNode, plan: codec
         return None, str(e)
 
 
-__all__ = ["index_virtual", "virtual_or_none", "NotPossible", "mappings_of"]
+__all__ = ["index_virtual", "virtual_or_none", "sources_unreadable", "NotPossible", "mappings_of"]

@@ -235,3 +235,32 @@ def test_signing_params_detection():
     assert signing_params("https://api.dandiarchive.org/api/assets/abc/download/") == []
     assert signing_params("https://example.org/data.h5?version=2") == []
     assert signing_params("/data/file.h5?sig=1&sv=2") == []
+
+
+def test_virtual_dataset_in_s3(s3, tmp_path):
+    """Sources beside a VDS in the same bucket are opened with the scan's storage options; where
+    only libhdf5 could gather the values (it cannot open sources through fsspec) the scan fails
+    instead of indexing fill values."""
+    from test_vds import _chunked_sources, _vds
+
+    opts, _ = s3
+    names = _chunked_sources(tmp_path, n=2)
+    aligned = _vds(tmp_path / "aligned.h5", names, (2, 10, 100), [0, 1])
+    _vds(tmp_path / "unaligned.h5", names, (23, 100), [slice(3, 13), slice(13, 23)])
+    fs = s3fs.S3FileSystem(**opts)
+    for p in tmp_path.glob("*.h5"):
+        fs.put(str(p), f"{BUCKET}/vds/{p.name}")
+    refs = json.loads(json.dumps(refindex.scan(f"s3://{BUCKET}/vds/aligned.h5", storage_options=opts)))
+    g = refindex.open(refs, remote_options=_remote(opts))
+    assert "refindex_inlined" not in g["vds"].attrs
+    assert_same_values(aligned, zvalues(g["vds"]))
+    chunk_urls = {refs["templates"][v[0].strip("{}")] for k, v in refs["refs"].items()
+                  if k.startswith("vds/") and isinstance(v, list)}
+    assert chunk_urls == {f"s3://{BUCKET}/vds/{n}" for n in names}
+
+    with pytest.raises(RefindexError, match="remote file") as err:
+        refindex.scan(f"s3://{BUCKET}/vds/unaligned.h5", storage_options=opts)
+    assert err.value.path == "/vds" and "unaligned.h5" in str(err.value)
+    skipped = refindex.scan(f"s3://{BUCKET}/vds/unaligned.h5", storage_options=opts, on_unsupported="skip")
+    assert "vds/.zarray" not in skipped["refs"]
+    assert any("/vds" in str(s) for s in skipped["refindex"]["skipped"])

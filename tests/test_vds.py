@@ -203,3 +203,17 @@ def test_streamed_json_same_as_dict(tmp_path):
     refs = json.loads((tmp_path / "stream.json").read_text())
     assert _chunk_urls(refs, "vds") == {str(tmp_path / n) for n in names}
     assert_same_values(expected, zvalues(consumer_open(refs)["vds"]))
+
+
+def test_missing_source_file_is_an_error(tmp_path):
+    """libhdf5 reads fill values where a source file is missing: the scan says so instead of indexing them."""
+    names = _chunked_sources(tmp_path, n=2)
+    _vds(tmp_path / "v.h5", names, (23, 100), [slice(3, 13), slice(13, 23)])  # unaligned: values via libhdf5
+    _vds(tmp_path / "a.h5", names, (2, 10, 100), [0, 1])  # aligned: by reference
+    (tmp_path / names[1]).unlink()
+    for name in ("v.h5", "a.h5"):
+        with pytest.raises(UnsupportedError, match=f"source file {names[1]} is missing") as err:
+            refindex.scan(tmp_path / name)
+        assert err.value.path == "/vds"
+        refs = refindex.scan(tmp_path / name, on_unsupported="skip")
+        assert "vds/.zarray" not in refs["refs"] and refs["refindex"]["skipped"]
