@@ -529,7 +529,7 @@ def _dask_client(dask: Any, workers: int):
             return Client(dask, timeout="30s"), None
         except Exception as e:
             raise RefindexError(f"cannot connect to the Dask scheduler: {e}", file=dask) from e
-    return dask, None  # a Client (or anything with submit/as_completed semantics)
+    return dask, None  # the caller's Client (or anything with submit/as_completed semantics): theirs to close
 
 
 def _run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult) -> None:
@@ -548,8 +548,9 @@ def _run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult) -
                                                                          file=t["source"]), 0.0, t.get("options")))
             fut.release()
     finally:
-        if cluster is not None:
+        if client is not dask:  # a client made here (from an address or "local"): closed here
             client.close()
+        if cluster is not None:
             cluster.close()
 
 

@@ -180,6 +180,24 @@ def test_dask_local_cluster_mirrors_tree(data, tmp_path):
     assert {os.path.relpath(s, data) for s, r in rows.items() if r["status"] == "failed"} == set(BAD)
 
 
+def test_cli_dask_scheduler_address(data, tmp_path):
+    """`--dask-scheduler tcp://...` against a real scheduler whose workers are separate processes."""
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "indexes"
+    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=logging.CRITICAL) as cluster:
+        address = cluster.scheduler_address
+        assert address.startswith("tcp://127.0.0.1:")
+        code = cli_main(["batch", str(data / "plain" / "**" / "*.h5"), "-o", str(out), "--dask-scheduler", address,
+                         "--no-progress"])
+    assert code == 0
+    rows = read_manifest(str(out / "refindex-manifest.jsonl"))
+    assert len(rows) == N_PLAIN and all(r["status"] == "indexed" for r in rows.values())
+    for source, row in rows.items():
+        with open(row["index"]) as fh:
+            assert json.load(fh) == json_roundtrip(refindex.scan(source)), source
+
+
 def test_list_file_parquet_format_and_parquet_manifest(data, tmp_path):
     files = [p for p in _inputs(data) if "plain" in p.parts][:3]
     listing = tmp_path / "urls.txt"
