@@ -7,8 +7,11 @@ points) installed would do.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+import logging
+import socket
+from typing import Any, Iterator
 
 import fsspec
 import h5py
@@ -131,3 +134,28 @@ def assert_chunks_referenced(refs, prefix: str, d: h5py.Dataset, url) -> int:
 @pytest.fixture
 def h5path(tmp_path):
     return tmp_path / "data.h5"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def moto_s3(key: str = "testing", secret: str = "testing") -> Iterator[dict[str, Any]]:
+    """A real S3 endpoint (moto's server) on 127.0.0.1; yields the storage options s3fs needs.
+
+    moto keeps one backend per process, so modules sharing a process use distinct buckets.
+    """
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        yield {"endpoint_url": f"http://127.0.0.1:{port}", "key": key, "secret": secret, "anon": False}
+    finally:
+        server.stop()

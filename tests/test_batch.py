@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from datetime import datetime, timezone
@@ -29,7 +28,7 @@ from refindex.batch import read_manifest, run_batch
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
 
-from conftest import assert_same_values, consumer_open, json_roundtrip, zvalues
+from conftest import assert_same_values, consumer_open, json_roundtrip, moto_s3, zvalues
 
 N_NWB, N_PLAIN = 6, 12
 BAD = ("broken/truncated.h5", "notes/not_hdf5.h5")
@@ -320,30 +319,16 @@ def test_combine_failures_are_clear_errors(data, tmp_path):
 
 
 # ------------------------------------------------------------------ S3 (moto server)
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3():
-    """One moto server for this module (moto's backend is per process: tests use distinct prefixes)."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        opts = {"endpoint_url": endpoint, "key": "k", "secret": "s", "anon": False}
+    """One moto server for this module (tests use distinct prefixes)."""
+    with moto_s3("k", "s") as opts:
+        import s3fs
+
         fs = s3fs.S3FileSystem(**opts)
         if not fs.exists("archive"):
             fs.mkdir("archive")
         yield opts, fs
-    finally:
-        server.stop()
 
 
 def test_s3_in_and_out(s3, data):

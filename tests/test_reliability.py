@@ -5,10 +5,8 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +22,7 @@ from refindex.cli import main as cli_main
 from refindex.errors import (NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError)
 from refindex.isolate import Worker, WorkerCrashed, WorkerTimeout, scan_isolated
 
-from conftest import consumer_open
+from conftest import consumer_open, free_port, moto_s3
 
 CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
@@ -35,12 +33,6 @@ def _simple(path: Path) -> Path:
         f.create_dataset("b", data=np.linspace(0, 1, 50))
         f.create_dataset("small", data=np.arange(10, dtype="u1"))  # inlined (below the threshold)
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ------------------------------------------------------------------ bad inputs
@@ -261,7 +253,7 @@ def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
 def test_unreachable_host_is_clean_error(monkeypatch):
     monkeypatch.setattr(source_mod, "RETRY_BACKOFF", 0.01)
     with pytest.raises(SourceError):
-        refindex.scan(f"http://127.0.0.1:{_free_port()}/x.h5")
+        refindex.scan(f"http://127.0.0.1:{free_port()}/x.h5")
 
 
 # ------------------------------------------------------------------ isolation
@@ -440,19 +432,13 @@ def test_no_unsafe_codec_in_any_corpus_output(tmp_path):
 # ------------------------------------------------------------------ S3 (moto): etag staleness, secrets
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    try:
-        opts = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "AKIAREFINDEXTEST", "secret": "sshh-very-secret"}
+    with moto_s3("AKIAREFINDEXTEST", "sshh-very-secret") as opts:
+        import s3fs
+
+        opts.pop("anon")
         fs = s3fs.S3FileSystem(**opts)
         fs.mkdir("rel")
         yield opts, fs
-    finally:
-        server.stop()
 
 
 def test_s3_etag_staleness_and_no_secrets(s3, tmp_path):

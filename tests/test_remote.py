@@ -9,8 +9,6 @@ as storage options must never end up in the index.
 from __future__ import annotations
 
 import json
-import logging
-import socket
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,20 +22,14 @@ import refindex
 from refindex.errors import RefindexError
 from refindex.cli import main as cli_main
 
-from conftest import assert_same_values, zvalues
+from conftest import assert_same_values, moto_s3, zvalues
 
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")
 
 BUCKET = "refidx-bucket"  # must not contain the secret "test" (the index is checked for it)
 KEY, SECRET = "test", "test"
 RNG = np.random.default_rng(7)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _build_plain(path: Path) -> None:
@@ -68,13 +60,7 @@ FILES = {"plain.h5": _build_plain, "small.nwb": _build_nwb}
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """A moto S3 server with the test files uploaded: yields (storage_options, local_dir)."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    try:
-        endpoint = f"http://127.0.0.1:{port}"
-        opts = {"endpoint_url": endpoint, "key": KEY, "secret": SECRET, "anon": False}
+    with moto_s3(KEY, SECRET) as opts:
         fs = s3fs.S3FileSystem(**opts)
         fs.mkdir(BUCKET)
         local = tmp_path_factory.mktemp("s3src")
@@ -82,8 +68,6 @@ def s3(tmp_path_factory):
             build(local / name)
             fs.put(str(local / name), f"{BUCKET}/{name}")
         yield opts, local
-    finally:
-        server.stop()
 
 
 def _remote(opts: dict) -> dict:

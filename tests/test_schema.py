@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from refindex import schema
 from refindex.cli import main as cli_main
 from refindex.consolidated import METADATA_NAMES, consolidation_differences
 
-from conftest import assert_same_values, json_roundtrip
+from conftest import assert_same_values, json_roundtrip, moto_s3
 
 CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 MANIFEST = CORPUS / "MANIFEST.tsv"
@@ -125,18 +124,10 @@ def test_consolidated_metadata_corpus(row):
 @pytest.fixture(scope="module")
 def s3():
     """moto's S3 server on 127.0.0.1 and the options s3fs needs to reach it."""
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    opts = {"endpoint_url": f"http://127.0.0.1:{port}", "key": "testing", "secret": "testing", "anon": False}
-    fs = fsspec.filesystem("s3", skip_instance_cache=True, **opts)
-    fs.mkdir("schema-bucket")
-    yield opts
-    server.stop()
+    with moto_s3() as opts:
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **opts)
+        fs.mkdir("schema-bucket")
+        yield opts
 
 
 def test_remote_index_reads_only_zmetadata(tmp_path, s3, monkeypatch):
