@@ -167,3 +167,21 @@ def add_session_args(parser: Any, timeout: float) -> None:
     parser.add_argument("--latency-ms", type=float, default=30.0)
     parser.add_argument("--bandwidth-mbs", type=float, default=50.0)
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds before a tool counts as hung")
+
+
+def session_main(label: str, doc: str, children: dict[str, Callable[..., dict[str, Any]]],
+                 run: Callable[..., str], argv: list[str] | None) -> str:
+    """Command line of the remote benchmarks (P2, P3): a child measurement, or a whole run printed."""
+    import argparse
+
+    argv = sys.argv[1:] if argv is None else argv
+    if child_main(children, argv):
+        return ""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    add_session_args(p, timeout=180)
+    a = p.parse_args(argv)
+    t0 = time.perf_counter()
+    text = run(a.samples, a.frames, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout)
+    print(text)
+    print(f"({label} took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return text

@@ -10,16 +10,14 @@ from the local copy with ``url=`` pointing at the store (not timed: that is P2).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import add_session_args, child_main, run_child, table, timed, verdict  # noqa: E402
+from common import run_child, session_main, table, timed, verdict  # noqa: E402
 from latency_store import LatencyStore, http_storage_options  # noqa: E402
 
 MiB = 1 << 20
@@ -118,17 +116,7 @@ def run(samples: int, frames: int, latency: float, bandwidth: float, timeout: fl
 
 
 def main(argv: list[str] | None = None) -> str:
-    argv = sys.argv[1:] if argv is None else argv
-    if child_main(CHILDREN, argv):
-        return ""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_session_args(p, timeout=180)
-    a = p.parse_args(argv)
-    t0 = time.perf_counter()
-    text = run(a.samples, a.frames, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout)
-    print(text)
-    print(f"(P3 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    return text
+    return session_main("P3", __doc__, CHILDREN, run, argv)
 
 
 if __name__ == "__main__":
