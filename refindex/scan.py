@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover
     pass
 
 MiB = 1 << 20
+_U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
 BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
 
 # HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
@@ -701,17 +702,29 @@ class Scanner:
         """Why a chunk table cannot describe real chunks (a damaged file), or None."""
         if not len(table):
             return None
-        if (table.sizes == 0).any():
-            return "a chunk of size 0"
-        if (table.offsets + table.sizes > np.uint64(self.file_size)).any():
-            return "a chunk beyond the end of the file"
+        step = 1 << 20  # checked a million rows at a time: temporaries stay small for 10^7 chunks
+        end = np.uint64(self.file_size)
+        for lo in range(0, len(table), step):
+            sizes = table.sizes[lo:lo + step]
+            if (sizes == 0).any():
+                return "a chunk of size 0"
+            if ((sizes > end) | (table.offsets[lo:lo + step] > end - np.minimum(sizes, end))).any():  # no overflow
+                return "a chunk beyond the end of the file"
         c = table.coords
         span = c.max(axis=0).astype(np.float64) + 1
         if float(np.prod(span)) < 2**62:  # linear chunk numbers: one int64 sort
-            linear = np.ravel_multi_index(tuple(c.T), tuple(int(x) for x in span))
-            if bool((linear[1:] > linear[:-1]).all()):  # B-tree order: already sorted, no duplicate
+            dims = tuple(int(x) for x in span)
+            ordered, last = True, -1
+            for lo in range(0, len(c), step):  # B-tree order is C order: then sorted, without duplicates
+                part = np.ravel_multi_index(tuple(c[lo:lo + step].T), dims)
+                if part[0] <= last or not bool((part[1:] > part[:-1]).all()):
+                    ordered = False
+                    break
+                last = int(part[-1])
+            if ordered:
                 dup = False
             else:
+                linear = np.ravel_multi_index(tuple(c.T), dims)
                 s = np.sort(linear)  # ~20x faster than np.unique's hashing for 10^5+ chunks
                 dup = bool((s[1:] == s[:-1]).any())
         else:
@@ -771,30 +784,25 @@ class Scanner:
         """One pass of ``chunk_iter`` into numpy columns (no per-chunk Python objects kept).
 
         The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
-        the list becomes numpy blocks of the final columns (grid coordinates, offsets,
-        sizes, filter masks), so memory stays near 40 bytes a chunk for 2-D data and the
-        per-chunk Python work is one list extend.
+        the list is appended to one growing ``array.array`` per column (element offset per
+        dimension, filter mask, byte offset, size), which numpy then views without a copy.
+        Memory stays near 8 bytes per integer kept (about 40 bytes a chunk for 2-D data)
+        with no second copy at the end, and the per-chunk Python work is one list extend.
         """
         pending: list = []
         extend = pending.extend
-        step = np.asarray(chunks[:ndim], dtype=np.int64)
-        coords: list[np.ndarray] = []
-        columns: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([], [], [])  # masks, offsets, sizes
+        origins: list[array.array] = [array.array("q") for _ in range(ndim)]
+        columns = [array.array(_U32), array.array("Q"), array.array("Q")]  # filter mask, byte offset, size
         limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
 
         def flush() -> None:
-            n = len(pending) // 4
-            if not n:
+            if not pending:
                 return
-            block = np.empty((n, ndim + len(extra)), np.int64)
-            origins = pending[0::4]
-            for i in range(ndim):  # a column at a time: faster than flattening the tuples
-                block[:, i] = np.fromiter(map(itemgetter(i), origins), np.int64, count=n)
-            block[:, :ndim] //= step
-            block[:, ndim:] = 0
-            coords.append(block)
-            for i, col in enumerate(columns):  # array.array from a list: 2x faster than np.fromiter
-                col.append(np.frombuffer(array.array("Q", pending[1 + i::4]), np.uint64))
+            starts = pending[0::4]
+            for i, col in enumerate(origins):  # a dimension at a time: faster than flattening the tuples
+                col.fromlist(list(map(itemgetter(i), starts)))
+            for i, col in enumerate(columns):
+                col.fromlist(pending[1 + i::4])
             pending.clear()
 
         def cb(info) -> None:
@@ -812,15 +820,15 @@ class Scanner:
             if was_enabled:
                 gc.enable()
         flush()
-
-        def joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
-            out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else empty
-            parts.clear()  # each block is freed as soon as it is copied
-            return out
-
-        c = joined(coords, np.zeros((0, ndim + len(extra)), np.int64))
-        masks, offsets, sizes = (joined(col, np.zeros(0, np.uint64)) for col in columns)
-        return ChunkTable(c, offsets, sizes, None), masks.astype(np.uint32)
+        n = len(columns[0])
+        coords = np.zeros((n, ndim + len(extra)), np.int64)
+        for i in range(ndim):
+            if n:
+                coords[:, i] = np.frombuffer(origins[i], np.int64) // int(chunks[i])
+            origins[i] = array.array("q")  # freed as soon as it is copied
+        masks, offsets, sizes = (np.frombuffer(c, np.dtype(c.typecode)) if n else np.zeros(0, np.dtype(c.typecode))
+                                 for c in columns)
+        return ChunkTable(coords, offsets, sizes, None), masks
 
     def _reencode_chunk(self, d: h5py.Dataset, node: ArrayNode, coord, nd: np.dtype) -> bytes:
         ndim = len(d.shape)
