@@ -31,7 +31,7 @@ def main() -> None:
     full_nwb = [] if a.small else ["--samples", "300000", "--frames", "850"]
     t0 = time.perf_counter()
     sections = [
-        p1_local.main([] if a.small else ["--rows", "2000"]),
+        p1_local.main([] if a.small else ["--rows", "2000", "--huge-rows", "10000"]),
         p2_remote_index.main(full_nwb),
         p3_remote_read.main(full_nwb),
     ]
