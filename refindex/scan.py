@@ -948,7 +948,7 @@ class Scanner:
                            allow_outside=self.opts.allow_outside, what="external raw storage file",
                            file=self.label, path=node.path)
         if len(segments) == 1 or size >= nbytes:
-            url = name if name.startswith("/") or "://" in name else posixpath.join(base, name)
+            url = self._external_url(base, name)
             file_size = self._external_size(url, node)
             if file_size - offset < nbytes:
                 return self._inline_decoded(d, node, plan, "external raw storage file is shorter than the data")
@@ -958,7 +958,47 @@ class Scanner:
             if strpad:
                 node.filters = [strpad]
             return node
-        return self._inline_decoded(d, node, plan, "external raw storage spread over several files")
+        return self._external_segments(d, node, nd, segments, base, nbytes)
+
+    @staticmethod
+    def _external_url(base: str, name: str) -> str:
+        return name if name.startswith("/") or "://" in name else posixpath.join(base, name)
+
+    def _external_segments(self, d: h5py.Dataset, node: ArrayNode, nd: np.dtype, segments, base: str,
+                           nbytes: int) -> ArrayNode:
+        """Contiguous data spread over several external files, read here and stored inline.
+
+        Not through libhdf5: it looks for external files in the working directory (for a
+        remote file there is no other place), so it could read an unrelated file of the same
+        name.  The files beside the scanned one are read like the single-file case references
+        them; as libhdf5 does, bytes past the end of a file read as zeros.
+        """
+        self._check_inline_size(node, nbytes, "external raw storage spread over several files is stored inline")
+        parts: list[bytes] = []
+        need = nbytes
+        for seg_name, seg_offset, seg_size in segments:
+            if need <= 0:
+                break
+            seg_name = seg_name.decode("utf-8") if isinstance(seg_name, bytes) else seg_name
+            url = self._external_url(base, seg_name)
+            take = min(need, int(seg_size))  # the last segment may be H5F_UNLIMITED
+            avail = max(0, min(take, self._external_size(url, node) - int(seg_offset)))
+            data = self._read_file(url, int(seg_offset), avail) if avail else b""
+            if len(data) != avail:
+                raise self.fail(node.path, f"short read of external raw storage file {url}", RefindexError)
+            parts.append(data + bytes(take - avail))
+            need -= take
+        if need > 0:
+            raise self.fail(node.path, "external raw storage segments hold fewer bytes than the dataset",
+                            RefindexError)
+        values = np.frombuffer(b"".join(parts), dtype=nd).reshape(node.shape)
+        strpad = codecs.string_padding(d.id.get_type())
+        node.filters, node.compressor = ([strpad] if strpad else None), {"id": "zlib", "level": 1}
+        node.attrs["refindex_inlined"] = "external raw storage spread over several files"
+        node.attrs["refindex_external_storage"] = [
+            (s[0].decode("utf-8") if isinstance(s[0], bytes) else s[0]) for s in segments]
+        self._store_inline(node, values)
+        return node
 
     def _external_size(self, url: str, node: ArrayNode) -> int:
         try:

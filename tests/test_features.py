@@ -616,6 +616,34 @@ def test_external_raw_storage(h5path, tmp_path, monkeypatch):
     assert_chunk_referenced(refs2, "ext/0", tmp_path / "rel.bin", 0, data.nbytes)
 
 
+def test_external_storage_in_several_files(tmp_path, monkeypatch):
+    """Segments in several files are read beside the HDF5 file (not from the working directory,
+    where libhdf5 would look); bytes past the end of a short file read as zeros, as in libhdf5."""
+    data = np.arange(300, dtype=">i4")
+    here = tmp_path / "data"
+    here.mkdir()
+    (here / "a.bin").write_bytes(b"x" * 16 + data[:100].tobytes())
+    (here / "b.bin").write_bytes(data[100:250].tobytes())  # 50 values short of its segment
+    with h5py.File(here / "multi.h5", "w") as f:
+        f.create_dataset("ext", shape=(300,), dtype=">i4",
+                         external=[("a.bin", 16, 400), ("b.bin", 0, h5py.h5f.UNLIMITED)])
+    monkeypatch.chdir(here)  # libhdf5 resolves the names against the working directory
+    with h5py.File(here / "multi.h5", "r") as f:
+        expected = f["ext"][()]
+    assert np.array_equal(expected[:250], data[:250]) and not expected[250:].any()
+    decoys = tmp_path / "elsewhere"
+    decoys.mkdir()
+    for name in ("a.bin", "b.bin"):
+        (decoys / name).write_bytes(b"\xff" * 2000)
+    monkeypatch.chdir(decoys)  # same names, other bytes: must not be what the index holds
+    refs, root = scan_open(here / "multi.h5")
+    assert_same_values(expected, zvalues(root["ext"]))
+    assert root["ext"].attrs["refindex_external_storage"] == ["a.bin", "b.bin"]
+    (here / "b.bin").unlink()
+    with pytest.raises(refindex.RefindexError, match="b.bin is missing"):
+        refindex.scan(here / "multi.h5")
+
+
 def test_virtual_dataset(h5path, tmp_path):
     other = tmp_path / "other.h5"
     with h5py.File(other, "w") as f:

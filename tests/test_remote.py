@@ -248,3 +248,29 @@ def test_virtual_dataset_in_s3(s3, tmp_path):
     skipped = refindex.scan(f"s3://{BUCKET}/vds/unaligned.h5", storage_options=opts, on_unsupported="skip")
     assert "vds/.zarray" not in skipped["refs"]
     assert any("/vds" in str(s) for s in skipped["refindex"]["skipped"])
+
+
+def test_external_storage_in_s3(s3, tmp_path, monkeypatch):
+    """External raw storage beside a file in S3: one file by reference, several read through
+    s3fs (libhdf5 would look for them in the working directory, here holding decoys)."""
+    opts, _ = s3
+    data = np.arange(200, dtype="<f8")
+    (tmp_path / "one.bin").write_bytes(data.tobytes())
+    (tmp_path / "p1.bin").write_bytes(data[:120].tobytes())
+    (tmp_path / "p2.bin").write_bytes(data[120:].tobytes())
+    with h5py.File(tmp_path / "single.h5", "w") as f:
+        f.create_dataset("x", shape=(200,), dtype="<f8", external=[("one.bin", 0, 1600)])
+    with h5py.File(tmp_path / "multi.h5", "w") as f:
+        f.create_dataset("x", shape=(200,), dtype="<f8", external=[("p1.bin", 0, 960), ("p2.bin", 0, 640)])
+    fs = s3fs.S3FileSystem(**opts)
+    for p in tmp_path.glob("*"):
+        fs.put(str(p), f"{BUCKET}/ext/{p.name}")
+    decoys = tmp_path / "cwd"
+    decoys.mkdir()
+    for name in ("one.bin", "p1.bin", "p2.bin"):
+        (decoys / name).write_bytes(b"\0" * 1600)
+    monkeypatch.chdir(decoys)
+    for name in ("single.h5", "multi.h5"):
+        refs = json.loads(json.dumps(refindex.scan(f"s3://{BUCKET}/ext/{name}", storage_options=opts)))
+        g = refindex.open(refs, remote_options=_remote(opts))
+        assert_same_values(data, zvalues(g["x"]))
