@@ -784,14 +784,14 @@ class Scanner:
         """One pass of ``chunk_iter`` into numpy columns (no per-chunk Python objects kept).
 
         The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
-        the list is appended to one growing ``array.array`` per column (element offset per
-        dimension, filter mask, byte offset, size), which numpy then views without a copy.
+        the list is appended to growing ``array.array`` buffers (element offsets row by row,
+        filter masks, byte offsets, sizes), which numpy then views without a copy.
         Memory stays near 8 bytes per integer kept (about 40 bytes a chunk for 2-D data)
         with no second copy at the end, and the per-chunk Python work is one list extend.
         """
         pending: list = []
         extend = pending.extend
-        origins: list[array.array] = [array.array("q") for _ in range(ndim)]
+        origins = array.array("q")  # (n, ndim) element offsets, row-major
         columns = [array.array(_U32), array.array("Q"), array.array("Q")]  # filter mask, byte offset, size
         limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
 
@@ -799,8 +799,10 @@ class Scanner:
             if not pending:
                 return
             starts = pending[0::4]
-            for i, col in enumerate(origins):  # a dimension at a time: faster than flattening the tuples
-                col.fromlist(list(map(itemgetter(i), starts)))
+            block = np.empty((len(starts), ndim), np.int64)
+            for i in range(ndim):  # a dimension at a time: faster than flattening the tuples
+                block[:, i] = np.fromiter(map(itemgetter(i), starts), np.int64, count=len(starts))
+            origins.frombytes(memoryview(block).cast("B"))
             for i, col in enumerate(columns):
                 col.fromlist(pending[1 + i::4])
             pending.clear()
@@ -821,11 +823,10 @@ class Scanner:
                 gc.enable()
         flush()
         n = len(columns[0])
-        coords = np.zeros((n, ndim + len(extra)), np.int64)
-        for i in range(ndim):
-            if n:
-                coords[:, i] = np.frombuffer(origins[i], np.int64) // int(chunks[i])
-            origins[i] = array.array("q")  # freed as soon as it is copied
+        coords = np.frombuffer(origins, np.int64).reshape(n, ndim) if n else np.zeros((0, ndim), np.int64)
+        coords //= np.asarray(chunks[:ndim], np.int64)  # element offsets -> grid indices, in place
+        if extra:  # trailing dimensions of string-as-array types: always chunk 0
+            coords = np.concatenate([coords, np.zeros((n, len(extra)), np.int64)], axis=1)
         masks, offsets, sizes = (np.frombuffer(c, np.dtype(c.typecode)) if n else np.zeros(0, np.dtype(c.typecode))
                                  for c in columns)
         return ChunkTable(coords, offsets, sizes, None), masks
