@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover
 
 MiB = 1 << 20
 _U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
+GRID_PREALLOCATE = 1 << 24  # rows of a chunk-coordinate table allocated up front (the rest grow)
 BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
 
 # HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
@@ -784,25 +785,36 @@ class Scanner:
         """One pass of ``chunk_iter`` into numpy columns (no per-chunk Python objects kept).
 
         The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
-        the list is appended to growing ``array.array`` buffers (element offsets row by row,
-        filter masks, byte offsets, sizes), which numpy then views without a copy.
-        Memory stays near 8 bytes per integer kept (about 40 bytes a chunk for 2-D data)
-        with no second copy at the end, and the per-chunk Python work is one list extend.
+        the list goes into numpy/``array.array`` columns (grid coordinates, filter masks,
+        byte offsets, sizes) that numpy views without a copy at the end.  Coordinates go
+        straight into an array sized for the chunk grid, up to ``GRID_PREALLOCATE`` rows
+        (pages the OS maps only when written); chunks beyond that (huge grids, or an index
+        listing more chunks than the grid holds) grow in an ``array.array``.  Memory stays near 8 bytes per integer kept (about
+        40 bytes a chunk for 2-D data) and the per-chunk Python work is one list extend.
         """
         pending: list = []
         extend = pending.extend
-        origins = array.array("q")  # (n, ndim) element offsets, row-major
+        grid = int(np.prod([-(-int(s) // int(c)) for s, c in zip(d.shape[:ndim], chunks[:ndim])], dtype=np.float64))
+        table = np.empty((max(0, min(grid, GRID_PREALLOCATE)), ndim), np.int64)
+        filled = 0
+        overflow = array.array("q")  # row-major element offsets beyond ``table``
         columns = [array.array(_U32), array.array("Q"), array.array("Q")]  # filter mask, byte offset, size
         limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
 
         def flush() -> None:
+            nonlocal filled
             if not pending:
                 return
             starts = pending[0::4]
-            block = np.empty((len(starts), ndim), np.int64)
+            m = len(starts)
+            room = 0 if overflow else min(m, len(table) - filled)
+            block = table[filled:filled + m] if room == m else np.empty((m, ndim), np.int64)
             for i in range(ndim):  # a dimension at a time: faster than flattening the tuples
-                block[:, i] = np.fromiter(map(itemgetter(i), starts), np.int64, count=len(starts))
-            origins.frombytes(memoryview(block).cast("B"))
+                block[:, i] = np.fromiter(map(itemgetter(i), starts), np.int64, count=m)
+            if room < m:  # the table is full: the rest grows in ``overflow``
+                table[filled:filled + room] = block[:room]
+                overflow.frombytes(memoryview(block[room:]).cast("B"))
+            filled += room
             for i, col in enumerate(columns):
                 col.fromlist(pending[1 + i::4])
             pending.clear()
@@ -823,7 +835,9 @@ class Scanner:
                 gc.enable()
         flush()
         n = len(columns[0])
-        coords = np.frombuffer(origins, np.int64).reshape(n, ndim) if n else np.zeros((0, ndim), np.int64)
+        coords = table[:filled]
+        if overflow:
+            coords = np.concatenate([coords, np.frombuffer(overflow, np.int64).reshape(-1, ndim)])
         coords //= np.asarray(chunks[:ndim], np.int64)  # element offsets -> grid indices, in place
         if extra:  # trailing dimensions of string-as-array types: always chunk 0
             coords = np.concatenate([coords, np.zeros((n, len(extra)), np.int64)], axis=1)

@@ -8,6 +8,7 @@ compares the values with what h5py reads.
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import math
 import os
@@ -863,3 +864,23 @@ def test_many_tiny_chunks_inline_in_bulk_reads(tmp_path):
     refs, root = scan_open(path)
     assert all(isinstance(refs["refs"][f"t/{i}.{j}"], str) for i in (0, 80, 159) for j in (0, 99))  # inline
     np.testing.assert_array_equal(root["t"][...], data)
+
+
+@pytest.mark.parametrize("prealloc", [0, 1500, 1 << 24])
+def test_chunk_table_paths_agree(tmp_path, monkeypatch, prealloc):
+    """Chunk coordinates go into a table allocated for the grid; past its rows they grow in a
+    buffer (0: all of them; 1500: the table fills in the middle of a batch): same index."""
+    scan_module = importlib.import_module("refindex.scan")  # the module; refindex.scan is the function
+    path = tmp_path / "sparse.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", shape=(40, 30), chunks=(3, 4), dtype="<i2", compression="gzip", fillvalue=-1)
+        d[::7, ::5] = np.arange(36, dtype="<i2").reshape(6, 6)  # a scattered subset of chunks
+        f.create_dataset("y", data=np.arange(5000, dtype="<f4").reshape(50, 100), chunks=(5, 7))
+        f.create_dataset("z", data=np.arange(30000, dtype="<u2").reshape(60, 500), chunks=(1, 10))  # 3000 chunks
+    expected = refindex.scan(path, inline_threshold=0)
+    monkeypatch.setattr(scan_module, "GRID_PREALLOCATE", prealloc)
+    refs, root = scan_open(path, inline_threshold=0)
+    assert refs["refs"] == expected["refs"]
+    with h5py.File(path, "r") as f:
+        for name in ("x", "y", "z"):
+            assert_same_values(f[name][()], zvalues(root[name]))
