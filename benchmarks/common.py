@@ -42,20 +42,29 @@ def run_child(script: str, name: str, args: list[str], timeout: float) -> dict[s
 
 
 
-def run_repeated(jobs: dict[str, tuple[str, str, list[str]]], repeat: int, timeout: float) -> dict[str, dict[str, Any]]:
-    """Run every job ``repeat`` times, interleaved (a, b, c, a, b, c, ...), each in its own process.
+def run_repeated(jobs: dict[str, tuple[str, str, list[str]]], repeat: int | dict[str, int], timeout: float,
+                 measure: Callable[[str, str, str, list[str]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Run every job ``repeat`` times (or ``repeat[name]``), interleaved (a, b, c, a, b, c, ...).
 
-    Wall times on shared machines move by 20-40 % between runs; interleaving spreads that
-    noise over all tools alike, and the median of the runs is reported (``seconds``), with
-    every run in ``runs`` and the largest peak RSS.  A job that fails or hangs once is
-    reported as that failure.
+    Each run is its own process (``measure(name, script, child, args)``, default
+    :func:`run_child`).  Wall times on shared machines move by 20-40 % between runs;
+    interleaving spreads that noise over all tools alike, and the median of the runs is
+    reported (``seconds``), with every run in ``runs`` and the largest peak RSS.  A job
+    that fails or hangs once is reported as that failure.
     """
+    def times(name: str) -> int:
+        return max(1, repeat.get(name, 1) if isinstance(repeat, dict) else repeat)
+
+    def default(name: str, script: str, child: str, args: list[str]) -> dict[str, Any]:
+        return run_child(script, child, args, timeout)
+
+    measure = measure or default
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
-    for _ in range(max(1, repeat)):
+    for round_ in range(max(times(name) for name in jobs) if jobs else 0):
         for name, (script, child, args) in jobs.items():
-            if runs[name] and runs[name][-1].get("status") != "ok":
+            if round_ >= times(name) or (runs[name] and runs[name][-1].get("status") != "ok"):
                 continue
-            runs[name].append(run_child(script, child, args, timeout))
+            runs[name].append(measure(name, script, child, args))
     out: dict[str, dict[str, Any]] = {}
     for name, rs in runs.items():
         bad = [r for r in rs if r.get("status") != "ok"]
