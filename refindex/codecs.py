@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import h5py
+import numcodecs  # every scan decodes or encodes a few chunks with it: loaded with the package
 import numpy as np
 
 # HDF5 filter ids
@@ -121,8 +122,6 @@ def pipeline(filters, itemsize: int, chunk_nbytes: int) -> tuple[list[dict] | No
 
 def codec_pipeline(filters: list[dict] | None, compressor: dict | None):
     """numcodecs objects for re-encoding inline chunks with an array's pipeline."""
-    import numcodecs
-
     from . import h5codecs  # noqa: F401  (registers refindex codecs)
 
     register_codecs()
@@ -140,8 +139,6 @@ def register_codecs() -> None:
     global _registered
     if _registered:
         return
-    import numcodecs
-
     from .h5codecs import H5Bitshuffle, H5Lz4, H5Lzf, H5StrPad, H5Szip
 
     for cls in (H5Lzf, H5Lz4, H5Bitshuffle, H5Szip, H5StrPad):
