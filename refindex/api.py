@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from . import conventions, safety, writers
 from .errors import RefindexError
+from .progress import ScanProgress
 from .scan import ScanOptions, Scanner
 from .source import CacheOptions, open_source
 
@@ -33,6 +34,7 @@ def scan(
     isolate: bool = False,
     timeout: float | None = None,
     sink: Callable[[Any], Any] | None = None,
+    progress: bool | Any = False,
 ) -> dict[str, Any]:
     """Index one HDF5 file; returns the ReferenceFileSystem dict (version 1).
 
@@ -52,6 +54,8 @@ def scan(
     hang the caller (see :mod:`refindex.isolate`).
     ``sink``: called with the scanned :class:`~refindex.model.Tree` instead of building the
     refs dict (streamed writers such as :mod:`refindex.parquet`); ``scan`` returns its result.
+    ``progress``: True draws a progress bar on stderr (datasets done, chunks listed), or
+    pass an object with the methods of :class:`refindex.progress.Progress`.
     """
     kwargs = dict(storage_options=storage_options, convention=convention, inline_threshold=inline_threshold,
                   inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
@@ -74,13 +78,18 @@ def scan(
     with open_source(source, storage_options, cache) as src:
         target = safety.strip_credentials(url or src.url)
         safety.check_target_url(target, explicit=url is not None)
-        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes, fs_for=src.fs_for)
+        bar = ScanProgress(src.url) if progress is True else (progress or None)
+        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes, fs_for=src.fs_for,
+                          progress=bar)
         try:
             tree = scanner.run()
         except RefindexError:
             raise
         except Exception as e:  # libhdf5 errors on damaged files surface as OSError/KeyError/...
             raise RefindexError(f"{type(e).__name__}: {e}", file=src.url) from e
+        finally:
+            if bar is not None:
+                bar.close()
         chosen = conventions.apply(tree, convention)
         safety.check_inline_total(tree, opts.max_inline_total, file=src.url)
         # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published

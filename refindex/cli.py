@@ -63,6 +63,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         isolate=args.isolate,
         timeout=args.timeout,
         sink=sink,
+        progress=not args.no_progress and not args.isolate and sys.stderr.isatty(),
     )
     if args.format == "parquet":
         return _report_parquet(args, refs, stats, time.perf_counter() - t0)
@@ -204,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--on-unsupported", choices=["error", "skip"], default="error",
                    help="what to do with a dataset that cannot be represented exactly")
     s.add_argument("--stats", action="store_true", help="print requests, bytes fetched and timings as JSON")
+    s.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (one is drawn on stderr when it is a terminal)")
     s.add_argument("--format", choices=["json", "parquet"], default="json",
                    help="json: one RFS JSON file; parquet: a folder in fsspec's LazyReferenceMapper layout")
     s.add_argument("--record-size", type=int, help="references per parquet file (--format parquet; default 100000)")

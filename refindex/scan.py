@@ -26,6 +26,7 @@ from . import codecs
 from .compare import object_key, records_equal
 from .errors import RefindexError, UnsupportedError
 from .model import ArrayNode, ChunkTable, GroupNode, LinkNode, Tree, join
+from .progress import NoProgress, Progress
 
 try:  # filter plugins so h5py can decode what must be inlined
     import hdf5plugin  # noqa: F401
@@ -148,8 +149,9 @@ def _basename(path: str) -> str:
 
 class Scanner:
     def __init__(self, h5: h5py.File, url: str, file_size: int, options: ScanOptions, label: str | None = None,
-                 reader=None, fs_for=None):
+                 reader=None, fs_for=None, progress: Progress | None = None):
         self.f = h5
+        self.progress = progress or NoProgress()
         self.reader = reader  # (url or None for the scanned file, start, length) -> bytes
         self.fs_for = fs_for or _url_to_fs  # url -> (fsspec filesystem, path) for other files
         self.url = url
@@ -176,6 +178,7 @@ class Scanner:
         """First pass over hard links: the canonical (first, sorted depth-first) path of every object."""
         stack = [("/", self.f)]
         self.canonical[object_key(self.f)] = "/"
+        datasets = 0
         while stack:
             path, g = stack.pop()
             kids = []
@@ -197,7 +200,10 @@ class Scanner:
                 self.canonical[key] = child
                 if isinstance(obj, h5py.Group):
                     kids.append((child, obj))
+                elif isinstance(obj, h5py.Dataset):
+                    datasets += 1
             stack.extend(reversed(kids))
+        self.progress.start(datasets)
 
     def canonical_path(self, obj) -> str:
         key = object_key(obj)
@@ -383,6 +389,12 @@ class Scanner:
         return node
 
     def visit_dataset(self, d: h5py.Dataset, path: str) -> None:
+        try:
+            self._visit_dataset(d, path)
+        finally:
+            self.progress.dataset_done()
+
+    def _visit_dataset(self, d: h5py.Dataset, path: str) -> None:
         try:
             node = self.build_array(d, path)
         except RefindexError as e:
@@ -818,6 +830,7 @@ class Scanner:
             for i, col in enumerate(columns):
                 col.fromlist(pending[1 + i::4])
             pending.clear()
+            self.progress.chunks(m)
 
         def cb(info) -> None:
             extend(info)  # chunk_offset, filter_mask, byte_offset, size

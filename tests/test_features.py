@@ -884,3 +884,38 @@ def test_chunk_table_paths_agree(tmp_path, monkeypatch, prealloc):
     with h5py.File(path, "r") as f:
         for name in ("x", "y", "z"):
             assert_same_values(f[name][()], zvalues(root[name]))
+
+
+def test_scan_progress_reports_datasets_and_chunks(tmp_path, capsys):
+    """The progress hooks see every dataset once and every listed chunk; progress=True draws a bar."""
+    path = tmp_path / "p.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("a/big", data=np.arange(20000, dtype="<i4").reshape(200, 100), chunks=(2, 10))  # 1,000
+        f.create_dataset("a/small", data=np.arange(10))
+        f.create_dataset("b", data=np.zeros((30, 30)), chunks=(10, 10))  # 9 chunks
+        f["alias"] = f["b"]  # a hard link: one dataset, visited once
+
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def start(self, datasets):
+            self.events.append(("start", datasets))
+
+        def chunks(self, n):
+            self.events.append(("chunks", n))
+
+        def dataset_done(self):
+            self.events.append(("done", 1))
+
+        def close(self):
+            self.events.append(("close", 0))
+
+    rec = Recorder()
+    refindex.scan(path, progress=rec)
+    assert rec.events[0] == ("start", 3) and rec.events[-1] == ("close", 0)
+    assert sum(n for e, n in rec.events if e == "done") == 3
+    assert sum(n for e, n in rec.events if e == "chunks") == 1000 + 9
+    refindex.scan(path, progress=True)
+    err = capsys.readouterr().err
+    assert "scanning p.h5" in err and "3/3" in err and "1,009 chunks listed" in err
