@@ -44,41 +44,10 @@ def many_chunks(rows: int = 2000, cols: int = 1000, chunk: int = 2, folder: Path
 
 
 def huge_chunks(rows: int = 10_000, cols: int = 1_000, folder: Path = OUT) -> Path:
-    """``rows x cols`` uint8 in 1x1 chunks (defaults: 10^7 chunks), built in seconds.
+    """``rows x cols`` uint8 in 1x1 chunks (defaults: 10^7 chunks), built in seconds."""
+    from refindex.demo import write_one_byte_chunks
 
-    Writing 10^7 chunks through h5py would take minutes, so they are allocated at creation
-    (libver "latest": a fixed-array chunk index) and filled with one write into the
-    single run of bytes HDF5 allocated for them.
-    """
-    import h5py
-
-    def build(tmp: Path) -> None:
-        with h5py.File(tmp, "w", libver="latest") as f:
-            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-            dcpl.set_chunk((1, 1))
-            dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-            dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-            space = h5py.h5s.create_simple((rows, cols))
-            did = h5py.h5d.create(f.id, b"data", h5py.h5t.NATIVE_UINT8, space, dcpl=dcpl)
-            first = [None]
-
-            def take(info) -> int | None:
-                first[0] = info.byte_offset
-                return 1  # the first chunk is enough: allocated early, they form one run
-
-            did.chunk_iter(take)
-        values = (np.arange(rows * cols, dtype=np.int64) % 251).astype(np.uint8)
-        with open(tmp, "r+b") as fh:
-            fh.seek(int(first[0]))
-            fh.write(values.tobytes())
-        with h5py.File(tmp, "r") as f:  # the single-run assumption, checked on a sample of chunks
-            d = f["data"]
-            rng = np.random.default_rng(3)
-            for r, c in zip(rng.integers(0, rows, 200).tolist(), rng.integers(0, cols, 200).tolist()):
-                assert d.id.get_chunk_info_by_coord((r, c)).byte_offset == first[0] + r * cols + c
-                assert d[r, c] == values[r * cols + c]
-
-    return _atomic(folder / f"huge_chunks_{rows}x{cols}.h5", build)
+    return _atomic(folder / f"huge_chunks_{rows}x{cols}.h5", lambda tmp: write_one_byte_chunks(tmp, rows, cols))
 
 
 def nwb(samples: int = 300_000, channels: int = 32, frames: int = 850, folder: Path = OUT) -> Path:

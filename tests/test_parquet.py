@@ -24,6 +24,7 @@ import pytest
 import zarr
 
 import refindex
+from refindex.demo import one_byte_chunks_values, write_one_byte_chunks
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
 
@@ -190,41 +191,9 @@ N_SIDE = 1000
 
 
 def _million_chunk_file(path: Path) -> np.ndarray:
-    """(1000, 1000) uint8 in (1, 1) chunks, random bytes; returns the values.
-
-    Writing a million chunks through h5py takes ~15 s, so the chunks are allocated early
-    (no fill) and their bytes written straight into the ranges HDF5 allocated.
-    """
-    with h5py.File(path, "w", libver="latest") as f:
-        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        dcpl.set_chunk((1, 1))
-        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-        dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
-        space = h5py.h5s.create_simple((N_SIDE, N_SIDE))
-        did = h5py.h5d.create(f.id, b"big", h5py.h5t.NATIVE_UINT8, space, dcpl=dcpl)
-        offsets = np.empty(N_SIDE * N_SIDE, dtype=np.int64)
-        pos = [0]
-
-        def take(info):
-            offsets[pos[0]] = info.byte_offset
-            pos[0] += 1
-
-        did.chunk_iter(take)
-    assert pos[0] == N_SIDE * N_SIDE
-    values = RNG.integers(0, 256, N_SIDE * N_SIDE, dtype=np.uint8)
-    with open(path, "r+b") as fh:
-        if np.all(np.diff(offsets) == 1):  # one run: a single write
-            fh.seek(int(offsets[0]))
-            fh.write(values.tobytes())
-        else:  # pragma: no cover - other HDF5 layouts
-            for off, v in zip(offsets.tolist(), values.tolist()):
-                fh.seek(off)
-                fh.write(bytes([v]))
-    values = values.reshape(N_SIDE, N_SIDE)
-    with h5py.File(path, "r") as f:  # a few rows: reading all 10^6 chunks at once costs libhdf5 ~3.7 GB
-        for i in (0, 1, 498, 999):
-            assert np.array_equal(f["big"][i], values[i])
-    return values
+    """(1000, 1000) uint8 in (1, 1) chunks, allocated early and written in one go; returns the values."""
+    write_one_byte_chunks(path, N_SIDE, N_SIDE, name="big")
+    return one_byte_chunks_values(N_SIDE, N_SIDE)
 
 
 def test_million_chunks_bounded_memory(tmp_path):
