@@ -848,7 +848,8 @@ class Scanner:
                 gc.enable()
         flush()
         n = len(columns[0])
-        coords = table[:filled]
+        coords = table[:filled] if 2 * filled >= len(table) else table[:filled].copy()  # sparse: free the rest
+        del table
         if overflow:
             coords = np.concatenate([coords, np.frombuffer(overflow, np.int64).reshape(-1, ndim)])
         coords //= np.asarray(chunks[:ndim], np.int64)  # element offsets -> grid indices, in place
