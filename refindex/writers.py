@@ -234,7 +234,7 @@ def write_json(refs: dict[str, Any], path: str | os.PathLike) -> None:
 
 # ------------------------------------------------------------------ streamed JSON
 # Chunks formatted per block: memory stays at one block of strings, not a dict entry per chunk.
-STREAM_BLOCK = 50_000  # ~10 MB of strings at a time: below the scan's own peak for 500k chunks
+STREAM_BLOCK = 20_000  # chunk entries per formatted block: ~1 MB of text, a few blocks in flight
 
 
 def head_refs(tree: Tree, *, consolidate: bool = True) -> dict[str, Any]:
