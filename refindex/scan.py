@@ -36,7 +36,8 @@ except ImportError:  # pragma: no cover
 MiB = 1 << 20
 _U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
 GRID_PREALLOCATE = 1 << 24  # rows of a chunk-coordinate table allocated up front (the rest grow)
-BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
+BULK_INLINE = 10_000
+LOOKUP_SAMPLE, LOOKUP_BUDGET = 64, 4 << 20  # chunks read through libhdf5's lookup to check the listing  # more tiny chunks than this are read in merged ranges, not one by one
 
 # HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
 _HIDDEN_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
@@ -643,6 +644,9 @@ class Scanner:
             # read path disagree (seen with extensible-array indexes from older writers),
             # so only values read through libhdf5 are trustworthy.
             return self._inline_decoded(d, node, plan, "chunk index lists chunks outside the dataset extent")
+        if self._lookups_disagree(d, table, chunks):
+            return self._inline_decoded(d, node, plan, "the chunk index finds other chunks by position than it "
+                                        "lists (damaged chunk index?)")
         odd_edges = self._unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
         masks = masks | odd_edges.astype(np.uint32)
         odd = masks != 0
@@ -745,6 +749,32 @@ class Scanner:
         if dup:
             return "the same chunk listed twice"
         return None
+
+    def _lookups_disagree(self, d: h5py.Dataset, table: ChunkTable, chunks) -> bool:
+        """Does libhdf5's read path find other bytes than ``chunk_iter`` listed for some chunk?
+
+        libhdf5 reads a chunk by looking its position up in the index; a damaged index can
+        list a chunk that the lookup misses (libhdf5 then reads fill values there) or finds
+        elsewhere.  ``read_direct_chunk`` goes through that lookup: all chunks of small tables
+        are compared with the listed bytes, an even sample of larger ones, within a byte budget.
+        Local files by default, like the decode sample check (remotely each read is a request).
+        """
+        n = len(table)
+        if not n or not self._want_sample_check():
+            return False
+        ndim = len(d.shape)
+        mean = max(1, int(table.sizes.mean()))
+        k = max(3, min(n, LOOKUP_SAMPLE, LOOKUP_BUDGET // mean))
+        rows = sorted(set(np.linspace(0, n - 1, k).astype(np.int64).tolist()))
+        for i in rows:
+            origin = tuple(int(c) * int(s) for c, s in zip(table.coords[i, :ndim].tolist(), chunks[:ndim]))
+            try:
+                _, raw = d.id.read_direct_chunk(origin)
+            except Exception:
+                return True  # "chunk storage is not allocated": the lookup misses a listed chunk
+            if len(raw) != int(table.sizes[i]) or bytes(raw) != self._read_file(None, int(table.offsets[i]), len(raw)):
+                return True
+        return False
 
     def _want_sample_check(self) -> bool:
         opt = self.opts.check_sample
