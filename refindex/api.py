@@ -35,6 +35,7 @@ def scan(
     timeout: float | None = None,
     sink: Callable[[Any], Any] | None = None,
     progress: bool | Any = False,
+    check_sample: bool | None = None,
 ) -> dict[str, Any]:
     """Index one HDF5 file; returns the ReferenceFileSystem dict (version 1).
 
@@ -54,19 +55,22 @@ def scan(
     hang the caller (see :mod:`refindex.isolate`).
     ``sink``: called with the scanned :class:`~refindex.model.Tree` instead of building the
     refs dict (streamed writers such as :mod:`refindex.parquet`); ``scan`` returns its result.
+    ``check_sample``: compare a sample of chunks with libhdf5's own reads (None: local
+    files only, since remotely each sampled chunk is a request).
     ``progress``: True draws a progress bar on stderr (datasets done, chunks listed), or
     pass an object with the methods of :class:`refindex.progress.Progress`.
     """
     kwargs = dict(storage_options=storage_options, convention=convention, inline_threshold=inline_threshold,
                   inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
                   on_unsupported=on_unsupported, cache=cache, allowed_root=allowed_root,
-                  allow_outside=allow_outside, max_inline_total=max_inline_total)
+                  allow_outside=allow_outside, max_inline_total=max_inline_total, check_sample=check_sample)
     if isolate:
         from .isolate import scan_isolated
 
         return scan_isolated(source, timeout=timeout, url=url, stats=stats, follow_external=follow_external,
                              **kwargs)
-    opts = ScanOptions(on_unsupported=on_unsupported, allowed_root=allowed_root, allow_outside=allow_outside)
+    opts = ScanOptions(on_unsupported=on_unsupported, allowed_root=allowed_root, allow_outside=allow_outside,
+                       check_sample=check_sample)
     if max_inline_total != "default":
         opts.max_inline_total = max_inline_total
     if inline_threshold is not None:

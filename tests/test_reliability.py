@@ -483,6 +483,10 @@ def test_chunk_listed_but_not_found_by_lookup(tmp_path):
     refs, root = scan_open(bad)
     assert "damaged chunk index" in root["dset_int31"].attrs["refindex_inlined"]
     assert_same_values(expected, zvalues(root["dset_int31"]))
+    # the check is what catches it: switched off, the listed bytes are indexed
+    _, unchecked = scan_open(bad, check_sample=False)
+    assert "refindex_inlined" not in unchecked["dset_int31"].attrs
+    assert np.array_equal(zvalues(unchecked["dset_int31"])[0, 10:20], np.arange(10, 20))
 
 
 def test_damaged_chunk_index_is_an_error_not_wrong_data(tmp_path):
