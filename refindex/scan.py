@@ -36,8 +36,8 @@ except ImportError:  # pragma: no cover
 MiB = 1 << 20
 _U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
 GRID_PREALLOCATE = 1 << 24  # rows of a chunk-coordinate table allocated up front (the rest grow)
-BULK_INLINE = 10_000
-LOOKUP_SAMPLE, LOOKUP_BUDGET = 64, 4 << 20  # chunks read through libhdf5's lookup to check the listing  # more tiny chunks than this are read in merged ranges, not one by one
+BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
+LOOKUP_SAMPLE, LOOKUP_BUDGET = 64, 4 << 20  # chunks read through libhdf5's lookup to check the listing
 
 # HDF5 attributes that are bookkeeping of dimension scales or netCDF, not user metadata.
 _HIDDEN_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST", "_Netcdf4Dimid", "_Netcdf4Coordinates"}
@@ -136,6 +136,11 @@ def _opaque_attr(aid) -> dict[str, Any]:
         "itemsize": t.get_size(),
         "base64": base64.standard_b64encode(arr.tobytes()).decode("ascii"),
     }
+
+
+def _origin(coord, chunks, ndim: int) -> tuple[int, ...]:
+    """Element offset of the chunk at grid position ``coord`` (libhdf5's chunk address)."""
+    return tuple(int(c) * int(s) for c, s in zip(list(coord)[:ndim], chunks))
 
 
 def _url_to_fs(url: str):
@@ -667,8 +672,7 @@ class Scanner:
             # libhdf5 looks each chunk up by its position: the bytes its own reads use.
             for i in tiny:
                 coord = table.coords[i]
-                origin = tuple(int(c) * s for c, s in zip(coord[: len(d.shape)], chunks))
-                node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(origin)[1])
+                node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(_origin(coord, chunks, len(d.shape)))[1])
         else:  # many tiny chunks: a few merged reads instead of a libhdf5 call each
             datas = self._read_many(table.url, table.offsets[tiny], table.sizes[tiny])
             for coord, raw in zip(table.coords[tiny].tolist(), datas):
@@ -767,9 +771,8 @@ class Scanner:
         k = max(3, min(n, LOOKUP_SAMPLE, LOOKUP_BUDGET // mean))
         rows = sorted(set(np.linspace(0, n - 1, k).astype(np.int64).tolist()))
         for i in rows:
-            origin = tuple(int(c) * int(s) for c, s in zip(table.coords[i, :ndim].tolist(), chunks[:ndim]))
             try:
-                _, raw = d.id.read_direct_chunk(origin)
+                _, raw = d.id.read_direct_chunk(_origin(table.coords[i].tolist(), chunks, ndim))
             except Exception:
                 return True  # "chunk storage is not allocated": the lookup misses a listed chunk
             if len(raw) != int(table.sizes[i]) or bytes(raw) != self._read_file(None, int(table.offsets[i]), len(raw)):
@@ -778,7 +781,12 @@ class Scanner:
 
     def _want_sample_check(self) -> bool:
         opt = self.opts.check_sample
-        return ("://" not in self.label) if opt is None else bool(opt)
+        return (not self.remote) if opt is None else bool(opt)
+
+    @property
+    def remote(self) -> bool:
+        """Is the scanned file read through fsspec from another machine (not a local path)?"""
+        return "://" in self.label and not self.label.startswith("file://")
 
     def _chunk_agrees(self, d: h5py.Dataset, node: ArrayNode, nd: np.dtype, coord, raw: bytes) -> bool:
         """Does ``raw`` (one chunk as stored) decode with the array's pipeline to libhdf5's values?"""
@@ -818,8 +826,7 @@ class Scanner:
             return flags
         for i in cands:
             coord = table.coords[i]
-            origin = tuple(int(c) * s for c, s in zip(coord[:ndim], node.chunks))
-            raw = bytes(d.id.read_direct_chunk(origin)[1])  # through h5py's own (cached) reads
+            raw = bytes(d.id.read_direct_chunk(_origin(coord, node.chunks, ndim))[1])  # through h5py's own (cached) reads
             flags[i] = not self._chunk_agrees(d, node, nd, coord, raw)
         return flags
 
@@ -831,8 +838,9 @@ class Scanner:
         byte offsets, sizes) that numpy views without a copy at the end.  Coordinates go
         straight into an array sized for the chunk grid, up to ``GRID_PREALLOCATE`` rows
         (pages the OS maps only when written); chunks beyond that (huge grids, or an index
-        listing more chunks than the grid holds) grow in an ``array.array``.  Memory stays near 8 bytes per integer kept (about
-        40 bytes a chunk for 2-D data) and the per-chunk Python work is one list extend.
+        listing more chunks than the grid holds) grow in an ``array.array``.  Memory stays
+        near 8 bytes per integer kept (about 40 bytes a chunk for 2-D data) and the
+        per-chunk Python work is one list extend.
         """
         pending: list = []
         extend = pending.extend
@@ -995,14 +1003,13 @@ class Scanner:
         nd = plan.numpy_dtype if plan.numpy_dtype is not None else d.dtype
         node.fill_value = codecs.fill_value_json(self._fillvalue(d, nd), nd)
         nbytes = int(np.prod(node.shape, dtype=np.int64)) * nd.itemsize
-        segments = [dcpl.get_external(i) for i in range(dcpl.get_external_count())]
+        segments = [(seg_name.decode("utf-8") if isinstance(seg_name, bytes) else seg_name, seg_offset, seg_size)
+                    for seg_name, seg_offset, seg_size in map(dcpl.get_external, range(dcpl.get_external_count()))]
         base = posixpath.dirname(self.url) if "://" in self.url else os.path.dirname(self.url)
         name, offset, size = segments[0]
-        name = name.decode("utf-8") if isinstance(name, bytes) else name
         from .safety import resolve_inside
 
-        for seg in segments:  # refuse before touching any of them
-            seg_name = seg[0].decode("utf-8") if isinstance(seg[0], bytes) else seg[0]
+        for seg_name, _, _ in segments:  # refuse before touching any of them
             resolve_inside(seg_name, self.url, allowed_root=self.opts.allowed_root,
                            allow_outside=self.opts.allow_outside, what="external raw storage file",
                            file=self.label, path=node.path)
@@ -1030,7 +1037,8 @@ class Scanner:
         Not through libhdf5: it looks for external files in the working directory (for a
         remote file there is no other place), so it could read an unrelated file of the same
         name.  The files beside the scanned one are read like the single-file case references
-        them; as libhdf5 does, bytes past the end of a file read as zeros.
+        them; as libhdf5 does, bytes past the end of a file read as zeros.  ``segments`` holds
+        (decoded name, offset, size) triples.
         """
         self._check_inline_size(node, nbytes, "external raw storage spread over several files is stored inline")
         parts: list[bytes] = []
@@ -1038,7 +1046,6 @@ class Scanner:
         for seg_name, seg_offset, seg_size in segments:
             if need <= 0:
                 break
-            seg_name = seg_name.decode("utf-8") if isinstance(seg_name, bytes) else seg_name
             url = self._external_url(base, seg_name)
             take = min(need, int(seg_size))  # the last segment may be H5F_UNLIMITED
             avail = max(0, min(take, self._external_size(url, node) - int(seg_offset)))
@@ -1054,8 +1061,7 @@ class Scanner:
         strpad = codecs.string_padding(d.id.get_type())
         node.filters, node.compressor = ([strpad] if strpad else None), {"id": "zlib", "level": 1}
         node.attrs["refindex_inlined"] = "external raw storage spread over several files"
-        node.attrs["refindex_external_storage"] = [
-            (s[0].decode("utf-8") if isinstance(s[0], bytes) else s[0]) for s in segments]
+        node.attrs["refindex_external_storage"] = [seg_name for seg_name, _, _ in segments]
         self._store_inline(node, values)
         return node
 

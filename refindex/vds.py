@@ -274,12 +274,10 @@ def sources_unreadable(sc: "Scanner", d: h5py.Dataset) -> str | None:
     the working directory) and silently reads fill values where one is missing.  A file
     opened through fsspec has no folder libhdf5 can look in, so it never finds them.
     """
-    import os
-
     names = sorted({m.file_name for m in d.virtual_sources() if m.file_name != "."})
     if not names:
         return None
-    if "://" in sc.label and not sc.label.startswith("file://"):
+    if sc.remote:
         return (f"libhdf5 cannot open the source files of a virtual dataset in a remote file "
                 f"(it would read fill values instead of {names[0]})")
     here = os.path.dirname(os.path.abspath(sc.label.removeprefix("file://")))
