@@ -262,7 +262,13 @@ def info(refs: Any) -> dict[str, Any]:
         else:
             inline_keys += 1
             inline_bytes += _inline_size(value)
-    prov = r.get("refindex", {})
+    return _summary(groups, arrays, chunks, referenced, inline_keys, inline_bytes, r.get("templates"),
+                    r.get("refindex", {}))
+
+
+def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys: int, inline_bytes: int,
+             templates: dict[str, str] | None, prov: dict[str, Any]) -> dict[str, Any]:
+    """The dict :func:`info` returns, for JSON and parquet indexes alike."""
     return {
         "groups": groups,
         "arrays": arrays,
@@ -270,7 +276,7 @@ def info(refs: Any) -> dict[str, Any]:
         "bytes_referenced": referenced,
         "inline_chunks": inline_keys,
         "inline_bytes": inline_bytes,
-        "sources": sorted((r.get("templates") or {}).values()),
+        "sources": sorted((templates or {}).values()),
         "convention": prov.get("convention"),
         "skipped": prov.get("skipped", []),
     }
@@ -313,16 +319,6 @@ def _parquet_info(folder: str) -> dict[str, Any]:
             inline_keys += pc.sum(raw_valid).as_py() or 0
             inline_bytes += pc.sum(pc.binary_length(pc.drop_null(table["raw"]))).as_py() or 0
     prov = doc.get("refindex", {})
-    return {
-        "groups": groups,
-        "arrays": len(arrays),
-        "chunks_referenced": chunks,
-        "bytes_referenced": referenced,
-        "inline_chunks": inline_keys,
-        "inline_bytes": inline_bytes,
-        "sources": sorted((prov.get("templates") or {}).values()),
-        "convention": prov.get("convention"),
-        "skipped": prov.get("skipped", []),
-        "format": "parquet",
-    }
+    return _summary(groups, len(arrays), chunks, referenced, inline_keys, inline_bytes, prov.get("templates"),
+                    prov) | {"format": "parquet"}
 

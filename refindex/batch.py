@@ -323,19 +323,12 @@ def _now() -> str:
 
 
 def _counts_json(refs: dict[str, Any]) -> dict[str, int]:
-    keys = refs.get("refs", {})
-    arrays = chunks = inline = 0
-    for k, v in keys.items():
-        base = k.rsplit("/", 1)[-1]
-        if base == ".zarray":
-            arrays += 1
-        elif base.startswith("."):
-            continue
-        elif isinstance(v, list):
-            chunks += 1
-        else:
-            inline += 1
-    return {"keys": len(keys), "arrays": arrays, "chunks": chunks, "inline_chunks": inline}
+    """Manifest counts of an index dict, from :func:`refindex.info`'s summary."""
+    from .api import info
+
+    s = info(refs)
+    return {"keys": len(refs.get("refs", {})), "arrays": s["arrays"], "chunks": s["chunks_referenced"],
+            "inline_chunks": s["inline_chunks"]}
 
 
 def _scan_json_streamed(source: str, path: str, storage_options: dict[str, Any] | None,
