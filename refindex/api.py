@@ -22,6 +22,7 @@ def scan(
     storage_options: dict[str, Any] | None = None,
     convention: conventions.Convention = "auto",
     inline_threshold: int | None = None,
+    inline_dataset_threshold: int | None = None,
     inline_max: int | None = None,
     contiguous_chunk_bytes: int | None | Literal["default"] = "default",
     on_unsupported: Literal["error", "skip"] = "error",
@@ -61,7 +62,7 @@ def scan(
     pass an object with the methods of :class:`refindex.progress.Progress`.
     """
     kwargs = dict(storage_options=storage_options, convention=convention, inline_threshold=inline_threshold,
-                  inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
+                  inline_dataset_threshold=inline_dataset_threshold, inline_max=inline_max, contiguous_chunk_bytes=contiguous_chunk_bytes,
                   on_unsupported=on_unsupported, cache=cache, allowed_root=allowed_root,
                   allow_outside=allow_outside, max_inline_total=max_inline_total, check_sample=check_sample)
     if isolate:
@@ -75,6 +76,8 @@ def scan(
         opts.max_inline_total = max_inline_total
     if inline_threshold is not None:
         opts.inline_threshold = int(inline_threshold)
+    if inline_dataset_threshold is not None:
+        opts.inline_dataset_threshold = int(inline_dataset_threshold)
     if inline_max is not None:
         opts.inline_max = int(inline_max)
     if contiguous_chunk_bytes != "default":
@@ -83,7 +86,7 @@ def scan(
         target = safety.strip_credentials(url or src.url)
         safety.check_target_url(target, explicit=url is not None)
         bar = ScanProgress(src.url) if progress is True else (progress or None)
-        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, reader=src.read_bytes, fs_for=src.fs_for,
+        scanner = Scanner(src.h5, target, src.size, opts, label=src.url, read_many=src.read_many, fs_for=src.fs_for,
                           progress=bar)
         try:
             tree = scanner.run()
@@ -124,27 +127,15 @@ def scan(
     return refs
 
 
-def _beside(url: str, name: str) -> str:
-    """``name`` (relative or absolute path, or URL) resolved against the folder of ``url``."""
-    import posixpath
-
-    if "://" in name or os.path.isabs(name):
-        return name
-    if "://" in url:
-        proto, rest = url.split("://", 1)
-        return proto + "://" + posixpath.normpath(posixpath.join(posixpath.dirname(rest), name))
-    return os.path.normpath(os.path.join(os.path.dirname(url), name))
-
-
 def _follow_external(refs: dict[str, Any], read_url: str, chunk_url: str, kwargs: dict[str, Any],
                      seen: set[str]) -> None:
     """Index the files external links in ``refs`` point into (recursively, each file once)."""
-    from .reader import external_sources_of
+    from .reader import beside, external_sources_of
 
     out: dict[str, Any] = {}
     for source in external_sources_of(refs):
-        entry: dict[str, Any] = {"url": _beside(chunk_url, source)}
-        sub_read = _beside(read_url, source)
+        entry: dict[str, Any] = {"url": beside(chunk_url, source)}
+        sub_read = beside(read_url, source)
         try:
             safety.resolve_inside(source, read_url, allowed_root=kwargs.get("allowed_root"),
                                   allow_outside=bool(kwargs.get("allow_outside")), what="externally linked file",
@@ -239,11 +230,12 @@ def _write_external(refs: dict[str, Any], output: str | os.PathLike) -> None:
     walk(refs)
 
 
-def info(refs: Any) -> dict[str, Any]:
-    """Summary of an index: groups, arrays, chunks referenced, inline bytes, source files."""
-    from .reader import load_refs
+def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Any = True) -> dict[str, Any]:
+    """Summary of an index (or of an HDF5 file's index, made on the fly): groups, arrays, chunks
+    referenced, inline bytes, source files, and the options that decided what is inline."""
+    from .inputs import load_index
 
-    r = load_refs(refs)
+    r, _ = load_index(refs, storage_options=storage_options, cache=cache)
     if not isinstance(r, dict):
         return _parquet_info(r)
     groups = arrays = chunks = inline_keys = inline_bytes = 0
@@ -278,6 +270,8 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
         "inline_bytes": inline_bytes,
         "sources": sorted((templates or {}).values()),
         "convention": prov.get("convention"),
+        "inline_options": {k: (prov.get("options") or {}).get(k)
+                           for k in ("inline_threshold", "inline_dataset_threshold", "inline_max")},
         "skipped": prov.get("skipped", []),
     }
 

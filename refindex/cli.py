@@ -52,6 +52,7 @@ def cmd_scan(args: argparse.Namespace) -> int:
         storage_options=args.storage_options,
         convention=args.convention,
         inline_threshold=args.inline_threshold,
+        inline_dataset_threshold=args.inline_dataset_threshold,
         inline_max=args.inline_max,
         contiguous_chunk_bytes=args.contiguous_chunk_bytes if args.contiguous_chunk_bytes is not None else "default",
         on_unsupported=args.on_unsupported,
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON, e.g. '{\"anon\": true}'")
     s.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto")
     s.add_argument("--inline-threshold", type=_size, help="inline chunks smaller than this (default 256)")
+    s.add_argument("--inline-dataset-threshold", type=_size,
+                   help="inline whole datasets stored in fewer bytes than this (default 16K)")
     s.add_argument("--inline-max", type=_size, help="largest inline data per dataset (default 64M)")
     s.add_argument("--contiguous-chunk-bytes", type=_size,
                    help="split contiguous datasets into virtual chunks of this size (0: never; default 32M)")

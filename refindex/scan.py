@@ -49,7 +49,8 @@ class ScanOptions:
     """What the scanner may inline and how it treats what it cannot represent.
 
     ``inline_threshold``: chunks stored in fewer bytes than this are copied into the
-    index (saves a request per tiny chunk).  ``inline_max``: most bytes any one dataset
+    index (saves a request per tiny chunk).  ``inline_dataset_threshold``: datasets
+    whose chunks take fewer bytes than this in all are copied in whole.  ``inline_max``: most bytes any one dataset
     may add to the index when its values must be inlined (vlen data, unsupported
     filters); larger ones are errors.  ``contiguous_chunk_bytes``: split contiguous
     datasets bigger than this into virtual chunks of about this size, so partial
@@ -58,6 +59,10 @@ class ScanOptions:
     """
 
     inline_threshold: int = 256
+    # Whole datasets stored in fewer bytes than this are copied in: the scalars, short strings,
+    # table columns and indexes a reader (hdmf building NWB containers, xarray reading
+    # coordinates) fetches on open anyway, one request each.
+    inline_dataset_threshold: int = 16 << 10
     inline_max: int = 64 * MiB
     contiguous_chunk_bytes: int | None = 32 * MiB
     on_unsupported: Literal["error", "skip"] = "error"
@@ -155,10 +160,14 @@ def _basename(path: str) -> str:
 
 class Scanner:
     def __init__(self, h5: h5py.File, url: str, file_size: int, options: ScanOptions, label: str | None = None,
-                 reader=None, fs_for=None, progress: Progress | None = None):
+                 read_many=None, fs_for=None, progress: Progress | None = None):
         self.f = h5
         self.progress = progress or NoProgress()
-        self.reader = reader  # (url or None for the scanned file, start, length) -> bytes
+        # (url or None for the scanned file, offsets, sizes) -> bytes of each range, in few requests
+        self.read_many = read_many
+        # Small chunks to copy into the index, read together once the walk is done:
+        # (array, the table rows to inline).
+        self._deferred: list[tuple[ArrayNode, ChunkTable]] = []
         self.fs_for = fs_for or _url_to_fs  # url -> (fsspec filesystem, path) for other files
         self.url = url
         self.file_size = file_size
@@ -311,6 +320,7 @@ class Scanner:
         self.index_objects()
         self._collect_dimids()
         self.visit_group(self.f, "/")
+        self._read_deferred()
         self.tree.provenance["scan_seconds"] = round(time.perf_counter() - t0, 4)
         return self.tree
 
@@ -414,7 +424,41 @@ class Scanner:
                 self.tree.skipped.append({"path": path, "reason": err.reason})
                 return
             raise err from e
+        self._defer_small(node)
         self.tree.arrays[path] = node
+
+    def _defer_small(self, node: ArrayNode) -> None:
+        """Mark the referenced chunks that go into the index instead: each one below
+        ``inline_threshold``, or all of them when the dataset's stored bytes are below
+        ``inline_dataset_threshold``.  Their bytes are read after the walk, all together."""
+        t = node.refs
+        if t is None or not len(t):
+            return
+        stored = int(t.sizes.sum()) + sum(len(b) for b in node.inline.values())
+        if stored < self.opts.inline_dataset_threshold:
+            small = np.ones(len(t), dtype=bool)
+        else:
+            small = t.sizes < np.uint64(self.opts.inline_threshold)
+            if not small.any():
+                return
+        self._deferred.append((node, t.take(small)))
+        rest = t.take(~small)
+        node.refs = rest if len(rest) else None
+
+    def _read_deferred(self) -> None:
+        """Copy the chunks :meth:`_defer_small` chose into the index: one batched read per file."""
+        wanted: dict[str | None, list[tuple[ArrayNode, str, int, int]]] = {}
+        for node, t in self._deferred:
+            urls, which = t.row_urls()
+            for coord, j, off, size in zip(t.coords.tolist(), which.tolist(), t.offsets.tolist(), t.sizes.tolist()):
+                url = urls[j]
+                wanted.setdefault(None if url in (None, self.url) else url, []).append(
+                    (node, chunk_key(coord), off, size))
+        for url, items in wanted.items():
+            datas = self.read_many(url, [o for _, _, o, _ in items], [n for _, _, _, n in items])
+            for (node, key, _, _), data in zip(items, datas):
+                node.inline[key] = data
+        self._deferred.clear()
 
     # ------------------------------------------------------------ datasets
     def build_array(self, d: h5py.Dataset, path: str) -> ArrayNode:
@@ -620,7 +664,7 @@ class Scanner:
         node.refs = table
 
     def _read_file(self, url: str | None, start: int, length: int) -> bytes:
-        return self.reader(None if url in (None, self.url) else url, start, length)
+        return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
 
     # -- chunked
     def _chunked(self, d: h5py.Dataset, node: ArrayNode, plan: codecs.DTypePlan, nd: np.dtype, dcpl,
@@ -674,7 +718,8 @@ class Scanner:
                 coord = table.coords[i]
                 node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(_origin(coord, chunks, len(d.shape)))[1])
         else:  # many tiny chunks: a few merged reads instead of a libhdf5 call each
-            datas = self._read_many(table.url, table.offsets[tiny], table.sizes[tiny])
+            datas = self.read_many(None if table.url in (None, self.url) else table.url,
+                                   table.offsets[tiny].tolist(), table.sizes[tiny].tolist())
             for coord, raw in zip(table.coords[tiny].tolist(), datas):
                 node.inline[chunk_key(coord)] = raw
             if self._want_sample_check():
@@ -695,29 +740,6 @@ class Scanner:
                     return self._inline_decoded(d, node, plan, "a stored chunk decodes to other values than "
                                                 "libhdf5 reads (damaged chunk index?)")
         return node
-
-    def _read_many(self, url: str | None, offsets: np.ndarray, sizes: np.ndarray,
-                   max_gap: int = 64 << 10, max_span: int = 64 << 20) -> list[bytes]:
-        """The stored bytes of many small chunks, read as a few merged ranges (not one call each)."""
-        order = np.argsort(offsets, kind="stable")
-        offs, lens = offsets[order].astype(np.int64), sizes[order].astype(np.int64)
-        out: list[bytes] = [b""] * len(order)
-        start = 0
-        while start < len(order):
-            end = start + 1
-            hi = offs[start] + lens[start]
-            while end < len(order) and offs[end] - hi <= max_gap and offs[end] + lens[end] - offs[start] <= max_span:
-                hi = max(hi, offs[end] + lens[end])
-                end += 1
-            base = int(offs[start])
-            span = self._read_file(url, base, int(hi) - base)
-            if len(span) != int(hi) - base:
-                raise self.fail(None, f"short read of {int(hi) - base} bytes at {base}", RefindexError)
-            for j in range(start, end):
-                a = int(offs[j]) - base
-                out[order[j]] = span[a : a + int(lens[j])]
-            start = end
-        return out
 
     def _damaged_table(self, table: ChunkTable) -> str | None:
         """Why a chunk table cannot describe real chunks (a damaged file), or None."""

@@ -170,8 +170,13 @@ class BlockCache(io.RawIOBase):
             missing = [i for i in range(first, last + 1) if i not in self.blocks]
             if missing:
                 self._fetch_blocks(missing)
-            parts = [self.blocks[i] for i in range(first, last + 1)]
-        buf = b"".join(parts)
+            return self._cached(start, end)
+
+    def _cached(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` from blocks that are all cached."""
+        bs = self.opts.block_size
+        first, last = start // bs, (end - 1) // bs
+        buf = b"".join(self.blocks[i] for i in range(first, last + 1))
         off = start - first * bs
         return buf[off : off + (end - start)]
 
@@ -200,9 +205,15 @@ class BlockCache(io.RawIOBase):
         self._fetch_ranges([(a * bs, min(self.size, (b + 1) * bs)) for a, b in runs])
 
     def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> None:
-        """Fetch block-aligned ``ranges``, several at once when the filesystem allows it."""
+        """Fetch block-aligned ``ranges`` into the cache, several at once when the filesystem allows it."""
         bs = self.opts.block_size
         ranges = [((a // bs) * bs, min(self.size, -(-b // bs) * bs)) for a, b in ranges]
+        for (start, end), data in zip(ranges, self._get(ranges)):
+            for off in range(0, end - start, bs):
+                self.blocks[(start + off) // bs] = data[off : off + bs]
+
+    def _get(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of ``ranges`` in one round trip (concurrent requests), retried, counted, checked."""
         t0 = time.perf_counter()
 
         def fetch() -> list[Any]:
@@ -232,8 +243,51 @@ class BlockCache(io.RawIOBase):
             self.stats.bytes_fetched += len(data)
             if len(data) != end - start:
                 raise SourceError(f"short read at {start}: got {len(data)} of {end - start} bytes", file=self.path)
-            for off in range(0, end - start, bs):
-                self.blocks[(start + off) // bs] = data[off : off + bs]
+        return datas
+
+    def read_ranges(self, offsets: list[int], sizes: list[int]) -> list[bytes]:
+        """Many ``(offset, size)`` ranges: cached ones from the blocks, the rest in one round trip.
+
+        The rest is fetched exactly (ranges close to each other merged), not as whole
+        blocks: small values scattered over a file (scalars beside large data) would
+        otherwise cost a block each.  Those bytes are not kept.
+        """
+        bs = self.opts.block_size
+        out: list[bytes | None] = [None] * len(offsets)
+        todo: list[int] = []
+        with self._lock:
+            for i, (o, n) in enumerate(zip(offsets, sizes)):
+                blocks = range(o // bs, (o + n - 1) // bs + 1) if n else range(0)
+                if all(b in self.blocks for b in blocks):
+                    out[i] = self._cached(o, o + n) if n else b""
+                else:
+                    todo.append(i)
+            if todo:
+                spans, where = merge_ranges([offsets[i] for i in todo], [sizes[i] for i in todo])
+                datas = self._get(spans)
+                for i, (span, at) in zip(todo, where):
+                    out[i] = datas[span][at : at + sizes[i]]
+        return [b if b is not None else b"" for b in out]
+
+
+def merge_ranges(offsets: list[int], sizes: list[int], max_gap: int = 64 << 10,
+                 max_span: int = 64 << 20) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Byte ranges merged where they lie close: (spans, and per input range its (span, offset in span)).
+
+    A gap of ``max_gap`` bytes costs less to transfer than a request costs to wait for;
+    no span grows beyond ``max_span``.
+    """
+    order = sorted(range(len(offsets)), key=offsets.__getitem__)
+    spans: list[tuple[int, int]] = []
+    where: list[tuple[int, int]] = [(0, 0)] * len(offsets)
+    for i in order:
+        start, end = offsets[i], offsets[i] + sizes[i]
+        if spans and start - spans[-1][1] <= max_gap and end - spans[-1][0] <= max_span:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+        where[i] = (len(spans) - 1, start - spans[-1][0])
+    return spans, where
 
 
 @dataclass
@@ -249,6 +303,7 @@ class Source:
     fs: Any = None
     path: str = ""
     storage_options: dict[str, Any] = field(default_factory=dict)
+    cache: BlockCache | None = None  # remote files: the metadata read cache libhdf5 reads through
 
     def fs_for(self, url: str) -> tuple[Any, str]:
         """(filesystem, path) of another file the scan needs (external storage, VDS sources, links).
@@ -260,16 +315,32 @@ class Source:
         opts = self.storage_options if protocol == self.protocol else {}
         return fsspec.core.url_to_fs(url, **opts)
 
-    def read_bytes(self, url: str | None, start: int, length: int) -> bytes:
-        """Bytes of the scanned file (``url`` None) or of another file next to it."""
-        if url is None:
-            fs, path = self.fs, self.path
-        else:
-            fs, path = self.fs_for(url)
+    def read_many(self, url: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
+        """Byte ranges of the scanned file (``url`` None) or of another file next to it, in few requests.
+
+        Remote: what the metadata cache holds is served from it, the rest comes in one round
+        trip of concurrent requests; ranges close to each other are read as one.
+        """
+        offsets, sizes = [int(o) for o in offsets], [int(n) for n in sizes]
+        if not offsets:
+            return []
+        if url is None and self.cache is not None:
+            return self.cache.read_ranges(offsets, sizes)
+        fs, path = (self.fs, self.path) if url is None else self.fs_for(url)
+        spans, where = merge_ranges(offsets, sizes)
         try:
-            return with_retries(fs.cat_file, path, start=start, end=start + length)
+            if len(spans) == 1:
+                datas = [with_retries(fs.cat_file, path, start=spans[0][0], end=spans[0][1])]
+            else:
+                datas = with_retries(fs.cat_ranges, [path] * len(spans), [a for a, _ in spans], [b for _, b in spans])
         except FileNotFoundError as e:
             raise SourceError("file not found", file=url or self.url) from e
+        for (a, b), d in zip(spans, datas):
+            if isinstance(d, BaseException):
+                raise SourceError(f"could not read bytes {a}-{b}: {d}", file=url or self.url) from d
+            if len(d) != b - a:
+                raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=url or self.url)
+        return [datas[span][at : at + n] for (span, at), n in zip(where, sizes)]
 
 
 def split_protocol(url: str) -> tuple[str, str]:
@@ -333,9 +404,8 @@ def open_source(
     info = _file_info(fs, path)
     stats = ReadStats()
     raw = BlockCache(fs, path, info["size"], cache, stats)
-    head = raw.read_range(0, 8)
-    if head != HDF5_SIGNATURE and not _has_signature_later(raw):
-        raise NotHDF5Error("not an HDF5 file (no HDF5 signature)", file=url)
+    if not has_hdf5_signature(lambda off, n: raw.read_range(off, off + n), raw.size):
+        raise NotHDF5Error(f"not an HDF5 file: {describe(raw.read_range(0, 64))}", file=url)
     try:
         h5 = h5py.File(raw, "r")
     except OSError as e:
@@ -346,32 +416,59 @@ def open_source(
         prefetch_tree(h5, raw)
     try:
         yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path,
-                     storage_options=storage_options)
+                     storage_options=storage_options, cache=raw)
     finally:
         h5.close()
 
 
-def _has_signature_later(raw: BlockCache) -> bool:
-    """HDF5 looks for its signature at 0, 512, 1024, 2048, ... (user blocks)."""
-    off = 512
-    while off + 8 <= raw.size and off <= (1 << 30):
-        if raw.read_range(off, off + 8) == HDF5_SIGNATURE:
+def has_hdf5_signature(read, size: int) -> bool:
+    """Is there an HDF5 signature where libhdf5 looks for one: at 0, 512, 1024, 2048, ... (user blocks)?
+
+    ``read(offset, n)`` returns bytes of the file; ``size`` is its length.
+    """
+    off = 0
+    while off + 8 <= size and off <= (1 << 30):
+        if read(off, 8) == HDF5_SIGNATURE:
             return True
-        off *= 2
+        off = 512 if off == 0 else off * 2
     return False
 
 
 def _check_signature_local(path: str, size: int) -> None:
     try:
         with open(path, "rb") as fh:
-            off = 0
-            while off + 8 <= size:
+            def read(off: int, n: int) -> bytes:
                 fh.seek(off)
-                if fh.read(8) == HDF5_SIGNATURE:
-                    return
-                off = 512 if off == 0 else off * 2
+                return fh.read(n)
+
+            if has_hdf5_signature(read, size):
+                return
+            head = read(0, 64)
     except PermissionError as e:
         raise SourceError(f"permission denied ({e})", file=path) from e
     except IsADirectoryError as e:
         raise SourceError("is a directory", file=path) from e
-    raise NotHDF5Error("not an HDF5 file (no HDF5 signature)", file=path)
+    raise NotHDF5Error(f"not an HDF5 file: {describe(head)}", file=path)
+
+
+def describe(head: bytes) -> str:
+    """What a file that is not HDF5 looks like, from its first bytes (for error messages)."""
+    magic = [(b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"), (b"PK\x03\x04", "a ZIP archive"),
+             (b"\x1f\x8b", "a gzip file"), (b"CDF\x01", "a netCDF-3 file (netCDF-4 files are HDF5; this one is not)"),
+             (b"CDF\x02", "a netCDF-3 file (netCDF-4 files are HDF5; this one is not)"),
+             (b"PAR1", "a parquet file"), (b"II*\x00", "a TIFF image"), (b"MM\x00*", "a TIFF image")]
+    for prefix, what in magic:
+        if head.startswith(prefix):
+            return f"it is {what}"
+    if not head:
+        return "it is empty"
+    text = head.lstrip()
+    if text[:1] in (b"{", b"["):
+        return "it is JSON, not an HDF5 file"
+    try:
+        sample = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"it starts with {head[:8]!r}, not with the HDF5 signature"
+    if sample.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in sample):
+        return f"it is a text file (starts with {sample[:24]!r})"
+    return f"it starts with {head[:8]!r}, not with the HDF5 signature"

@@ -155,7 +155,8 @@ def _source_node(sc: "Scanner", d: h5py.Dataset, src: h5py.Dataset, url: str, no
     else:
         size = sc._external_size(url, node)
         sub = Scanner(src.file, url, size, dataclasses.replace(sc.opts, check_sample=False), label=url,
-                      reader=lambda u, start, n: sc._read_file(url if u is None else u, start, n), fs_for=sc.fs_for)
+                      read_many=lambda u, offsets, sizes: sc.read_many(url if u is None else u, offsets, sizes),
+                      fs_for=sc.fs_for)
     shape = tuple(int(s) for s in src.shape)
     tmp = ArrayNode(node.path, shape, shape, node.dtype, None, kind=node.kind)
     layout = dcpl.get_layout()

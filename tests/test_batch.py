@@ -159,7 +159,7 @@ def test_resume_without_manifest_uses_index_provenance(data):
     again = run_batch(str(data / "plain" / "**" / "*.h5"), workers=0, progress=False)
     assert len(again.up_to_date) == N_PLAIN
     # other scan options: the recorded fingerprint differs, so everything is rescanned
-    changed = run_batch(str(data / "plain" / "**" / "*.h5"), workers=0, progress=False, inline_threshold=0)
+    changed = run_batch(str(data / "plain" / "**" / "*.h5"), workers=0, progress=False, inline_threshold=0, inline_dataset_threshold=0)
     assert len(changed.indexed) == N_PLAIN
 
 

@@ -24,7 +24,7 @@ def h5file(tmp_path):
 
 def test_scan_writes_an_index_zarr_reads(h5file, tmp_path, capsys):
     out = tmp_path / "out.refs.json"
-    assert main(["scan", str(h5file), "-o", str(out), "--stats"]) == 0
+    assert main(["scan", str(h5file), "-o", str(out), "--stats", "--inline-dataset-threshold", "0"]) == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["total_seconds"] >= 0
     refs = json.loads(out.read_text())
@@ -45,7 +45,7 @@ def test_scan_options_reach_the_scanner(h5file, tmp_path):
 
 def test_verify_and_info(h5file, tmp_path, capsys):
     out = tmp_path / "out.refs.json"
-    main(["scan", str(h5file), "-o", str(out)])
+    main(["scan", str(h5file), "-o", str(out), "--inline-dataset-threshold", "0"])
     capsys.readouterr()
     assert main(["verify", str(h5file), str(out)]) == 0
     assert "3 exact" in capsys.readouterr().out
@@ -56,7 +56,7 @@ def test_verify_and_info(h5file, tmp_path, capsys):
 
 def test_verify_exits_1_on_a_difference(h5file, tmp_path, capsys):
     out = tmp_path / "out.refs.json"
-    main(["scan", str(h5file), "-o", str(out)])
+    main(["scan", str(h5file), "-o", str(out), "--inline-dataset-threshold", "0"])
     refs = json.loads(out.read_text())
     refs["refs"]["a/0.0"], refs["refs"]["a/1.0"] = refs["refs"]["a/1.0"], refs["refs"]["a/0.0"]  # a wrong index
     out.write_text(json.dumps(refs))
@@ -85,8 +85,8 @@ def test_demo_runs_and_reads_back(tmp_path, capsys):
 def test_info_reads_json_and_parquet_indexes_alike(h5file, tmp_path, capsys):
     import refindex
 
-    refindex.scan_to_file(str(h5file), tmp_path / "x.json")
-    refindex.scan_to_file(str(h5file), tmp_path / "x.parq", format="parquet")
+    refindex.scan_to_file(str(h5file), tmp_path / "x.json", inline_dataset_threshold=0)
+    refindex.scan_to_file(str(h5file), tmp_path / "x.parq", format="parquet", inline_dataset_threshold=0)
     a, b = refindex.info(tmp_path / "x.json"), refindex.info(tmp_path / "x.parq")
     for key in ("groups", "arrays", "chunks_referenced", "bytes_referenced", "inline_chunks", "inline_bytes",
                 "sources", "convention"):

@@ -187,7 +187,7 @@ def test_compound_fixed_members(h5path):
     with h5py.File(h5path, "w") as f:
         f.create_dataset("cmp", data=data, chunks=(10,))
         f.create_dataset("nested", data=ndata)
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     z = root["cmp"]
     zv = zvalues(z)
     assert zv.dtype.itemsize == 36  # HDF5's byte layout, padding included
@@ -223,7 +223,7 @@ def test_array_class_dataset(h5path):
     with h5py.File(h5path, "w") as f:
         d = f.create_dataset("arr", shape=(8,), dtype=np.dtype(("<i4", (3,))), chunks=(4,))
         d[...] = data
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     z = root["arr"]
     assert z.shape == (8, 3)
     assert_same_values(data, zvalues(z))
@@ -399,7 +399,7 @@ def test_filters(h5path, name):
         if name == "szip":
             pytest.skip(f"this h5py cannot write szip: {e}")
         raise
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     assert_same_values(data, zvalues(root["x"]))
     assert root["x"][3:40, 5:21].tolist() == data[3:40, 5:21].tolist()  # partial reads across chunks
     with h5py.File(h5path, "r") as f:
@@ -423,7 +423,7 @@ def test_custom_codecs_need_only_zarr(tmp_path):
         f.create_dataset("bitshuffle", data=data, chunks=(10, 30), **hdf5plugin.Bitshuffle(cname="lz4"))
         if h5py.h5z.filter_avail(h5py.h5z.FILTER_SZIP):
             f.create_dataset("szip", data=data, chunks=(10, 30), compression="szip")
-    refs = scan(h5, inline_threshold=0)
+    refs = scan(h5, inline_threshold=0, inline_dataset_threshold=0)
     for k in ("lzf", "lz4", "bitshuffle"):
         assert json.loads(refs["refs"][f"{k}/.zarray"])["compressor"]["id"].startswith("refindex_")
     (tmp_path / "refs.json").write_text(json.dumps(refs))
@@ -483,7 +483,7 @@ def test_chunks_with_filter_mask(h5path):
         if "szip" in f:
             z = f["szip"].id
             assert {z.get_chunk_info(i).filter_mask for i in range(z.get_num_chunks())} == {0, 1}
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     for n, values in expected.items():
         assert_same_values(values, zvalues(root[n]))
 
@@ -534,7 +534,7 @@ def test_contiguous_virtual_chunks(h5path):
         off_a = f["a"].id.get_offset()
         off_b = f["b_last"].id.get_offset()
     assert off_b + b.nbytes == os.path.getsize(h5path)
-    refs, root = scan_open(h5path, contiguous_chunk_bytes=120, inline_threshold=0)
+    refs, root = scan_open(h5path, contiguous_chunk_bytes=120, inline_threshold=0, inline_dataset_threshold=0)
     za, zb = root["a"], root["b_last"]
     assert za.chunks == (30,) and zb.chunks == (2, 7)
     assert_same_values(a, zvalues(za))
@@ -548,7 +548,7 @@ def test_contiguous_virtual_chunks(h5path):
     assert refs["refs"]["b_last/5.0"].startswith("base64:")
     assert len(base64.b64decode(refs["refs"]["b_last/5.0"][7:])) == 112
     # single chunk when the option is off
-    refs2, root2 = scan_open(h5path, contiguous_chunk_bytes=None, inline_threshold=0)
+    refs2, root2 = scan_open(h5path, contiguous_chunk_bytes=None, inline_threshold=0, inline_dataset_threshold=0)
     assert root2["a"].chunks == (100,)
     assert_chunk_referenced(refs2, "a/0", h5path, off_a, 400)
 
@@ -560,7 +560,7 @@ def test_contiguous_last_chunk_past_eof(h5path):
     with h5py.File(h5path, "r") as f:
         off = f["b"].id.get_offset()
     assert off + b.nbytes == os.path.getsize(h5path)
-    refs, root = scan_open(h5path, contiguous_chunk_bytes=128, inline_threshold=0)
+    refs, root = scan_open(h5path, contiguous_chunk_bytes=128, inline_threshold=0, inline_dataset_threshold=0)
     assert root["b"].chunks == (16,)
     assert_same_values(b, zvalues(root["b"]))
     assert_chunk_referenced(refs, "b/2", h5path, off + 256, 128)
@@ -574,7 +574,7 @@ def test_compact_layout(h5path):
     with h5py.File(h5path, "w") as f:
         d = f.create_dataset("c", data=data, dcpl=dcpl)
         assert d.id.get_create_plist().get_layout() == h5py.h5d.COMPACT
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     chunk_vals = [v for k, v in refs["refs"].items() if k.startswith("c/") and not k.split("/")[-1].startswith(".")]
     assert chunk_vals and all(isinstance(v, str) for v in chunk_vals)
     assert_same_values(data, zvalues(root["c"]))
@@ -588,7 +588,7 @@ def test_user_block(h5path):
         f.create_dataset("unwritten", shape=(10,), dtype="<f4", fillvalue=2.5)
     with open(h5path, "r+b") as fh:
         fh.write(b"user block text")
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     with h5py.File(h5path, "r") as f:
         assert f.userblock_size == 512
         assert_chunk_referenced(refs, "contig/0", h5path, f["contig"].id.get_offset(), 4000)
@@ -609,10 +609,10 @@ def test_external_raw_storage(h5path, tmp_path, monkeypatch):
     (tmp_path / "rel.bin").write_bytes(data.tobytes())
     with h5py.File(rel, "w") as f:
         f.create_dataset("ext", shape=(200,), dtype="<f8", external=[("rel.bin", 0, h5py.h5f.UNLIMITED)])
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     assert_same_values(data, zvalues(root["ext"]))
     assert_chunk_referenced(refs, "ext/0", ext, 64, data.nbytes)
-    refs2, root2 = scan_open(rel, inline_threshold=0)
+    refs2, root2 = scan_open(rel, inline_threshold=0, inline_dataset_threshold=0)
     assert_same_values(data, zvalues(root2["ext"]))
     assert_chunk_referenced(refs2, "ext/0", tmp_path / "rel.bin", 0, data.nbytes)
 
@@ -672,7 +672,7 @@ def test_resizable_partially_written(h5path):
         for i in range(3):
             e.resize((e.shape[0] + 3,))
             e[-3:] = i
-    refs, root = scan_open(h5path, inline_threshold=0)
+    refs, root = scan_open(h5path, inline_threshold=0, inline_dataset_threshold=0)
     with h5py.File(h5path, "r") as f:
         assert_chunks_referenced(refs, "r", f["r"], h5path)
         for n in ("r", "grow"):
@@ -725,7 +725,7 @@ def test_hard_links(h5path):
         f.create_dataset("g/a", data=data, chunks=(100,))
         f["h/b"] = f["g/a"]  # second hard link to the same dataset
         f["h2"] = f["g"]  # second hard link to a group
-    refs, root = scan_open(h5path, convention="plain")
+    refs, root = scan_open(h5path, convention="plain", inline_dataset_threshold=0)
     for key in ("g/a", "h/b", "h2/a"):
         assert_same_values(data, zvalues(root[key]))
     # the data is referenced under each name, never copied
@@ -877,9 +877,9 @@ def test_chunk_table_paths_agree(tmp_path, monkeypatch, prealloc):
         d[::7, ::5] = np.arange(36, dtype="<i2").reshape(6, 6)  # a scattered subset of chunks
         f.create_dataset("y", data=np.arange(5000, dtype="<f4").reshape(50, 100), chunks=(5, 7))
         f.create_dataset("z", data=np.arange(30000, dtype="<u2").reshape(60, 500), chunks=(1, 10))  # 3000 chunks
-    expected = refindex.scan(path, inline_threshold=0)
+    expected = refindex.scan(path, inline_threshold=0, inline_dataset_threshold=0)
     monkeypatch.setattr(scan_module, "GRID_PREALLOCATE", prealloc)
-    refs, root = scan_open(path, inline_threshold=0)
+    refs, root = scan_open(path, inline_threshold=0, inline_dataset_threshold=0)
     assert refs["refs"] == expected["refs"]
     with h5py.File(path, "r") as f:
         for name in ("x", "y", "z"):

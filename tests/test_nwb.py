@@ -306,7 +306,7 @@ def test_external_links_index_and_read(nwb_dir, tmp_path):
     hio, hnwb = hdf5_read(path)
     try:
         # 1. follow_external: the linked file's index is embedded
-        followed = index(path, follow_external=True)
+        followed = index(path, follow_external=True, inline_dataset_threshold=0)
         ext = followed["refindex"]["external"]["base.nwb"]
         assert os.path.abspath(ext["url"]) == os.path.abspath(nwb_dir["base"])
         assert ext["refs"]["refs"]["acquisition/shared_ts/data/0.0"][0] == "{{u}}"

@@ -203,7 +203,7 @@ def test_million_chunks_bounded_memory(tmp_path):
     code = textwrap.dedent(f"""
         import json, resource, time, refindex
         t0 = time.perf_counter()
-        s = refindex.scan_to_parquet({str(src)!r}, {str(out)!r}, inline_threshold=0)
+        s = refindex.scan_to_parquet({str(src)!r}, {str(out)!r}, inline_threshold=0, inline_dataset_threshold=0)
         s["seconds"] = round(time.perf_counter() - t0, 2)
         # VmHWM: this process's own peak (ru_maxrss may include the parent's memory before exec)
         hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]

@@ -234,7 +234,8 @@ def test_virtual_dataset_in_s3(s3, tmp_path):
     fs = s3fs.S3FileSystem(**opts)
     for p in tmp_path.glob("*.h5"):
         fs.put(str(p), f"{BUCKET}/vds/{p.name}")
-    refs = json.loads(json.dumps(refindex.scan(f"s3://{BUCKET}/vds/aligned.h5", storage_options=opts)))
+    refs = json.loads(json.dumps(refindex.scan(f"s3://{BUCKET}/vds/aligned.h5", storage_options=opts,
+                                              inline_dataset_threshold=0)))
     g = refindex.open(refs, remote_options=_remote(opts))
     assert "refindex_inlined" not in g["vds"].attrs
     assert_same_values(aligned, zvalues(g["vds"]))

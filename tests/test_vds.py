@@ -50,7 +50,7 @@ def test_chunked_sources_by_reference(tmp_path):
     # Stacked along a new leading axis; the last slot (4) stays unmapped.
     expected = _vds(tmp_path / "v.h5", names, (5, 10, 100), [0, 1, 2, 3], fillvalue=-7)
     assert (expected[4] == -7).all()
-    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0)
+    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, inline_dataset_threshold=0)
     assert_same_values(expected, zvalues(root["vds"]))
     assert _chunk_urls(refs, "vds") == {str(tmp_path / n) for n in names}
     assert "refindex_inlined" not in root["vds"].attrs
@@ -64,7 +64,7 @@ def test_chunked_sources_aligned_blocks_same_rank(tmp_path):
     # Two (10, 100) blocks side by side along axis 1, with an unmapped gap between them.
     expected = _vds(tmp_path / "v.h5", names, (10, 300), [(slice(0, 10), slice(0, 100)),
                                                           (slice(0, 10), slice(200, 300))])
-    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0)
+    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, inline_dataset_threshold=0)
     assert "refindex_inlined" not in root["vds"].attrs
     assert_same_values(expected, zvalues(root["vds"]))
     assert (expected[:, 100:200] == -7).all()
@@ -74,7 +74,7 @@ def test_parquet_index_of_vds(tmp_path):
     names = _chunked_sources(tmp_path)
     expected = _vds(tmp_path / "v.h5", names, (4, 10, 100), [0, 1, 2, 3])
     out = tmp_path / "v.refs.parq"
-    refindex.scan_to_parquet(str(tmp_path / "v.h5"), str(out), inline_threshold=0, record_size=5)
+    refindex.scan_to_parquet(str(tmp_path / "v.h5"), str(out), inline_threshold=0, inline_dataset_threshold=0, record_size=5)
     import fsspec
     import zarr
 
@@ -91,13 +91,13 @@ def test_contiguous_sources_tiled(tmp_path):
             f.create_dataset("data", data=RNG.standard_normal((10, 100)))
     place = [(slice(r, r + 10), slice(c, c + 100)) for r in (0, 10) for c in (0, 100)]
     expected = _vds(tmp_path / "v.h5", names, (20, 200), place, dtype="<f8", fillvalue=np.nan)
-    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0)
+    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, inline_dataset_threshold=0)
     assert "refindex_inlined" not in root["vds"].attrs
     assert root["vds"].chunks == (10, 100)
     assert_same_values(expected, zvalues(root["vds"]))
     assert _chunk_urls(refs, "vds") == {str(tmp_path / n) for n in names}
     # Split into 3-row virtual chunks, a source's last chunk would spill into the block below.
-    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, contiguous_chunk_bytes=2400)
+    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, inline_dataset_threshold=0, contiguous_chunk_bytes=2400)
     assert "edge chunks" in root["vds"].attrs["refindex_inlined"]
     assert_same_values(expected, zvalues(root["vds"]))
 
@@ -109,7 +109,7 @@ def test_same_file_source(tmp_path):
         layout = h5py.VirtualLayout(shape=(8, 100), dtype="<i2")
         layout[4:8] = h5py.VirtualSource(f["data"])
         f.create_virtual_dataset("vds", layout, fillvalue=3)
-    refs, root = scan_open(path, inline_threshold=0)
+    refs, root = scan_open(path, inline_threshold=0, inline_dataset_threshold=0)
     with h5py.File(path, "r") as f:
         expected = f["vds"][()]
     assert "refindex_inlined" not in root["vds"].attrs
@@ -144,7 +144,7 @@ def test_falls_back_to_inline(tmp_path, case):
             f.create_virtual_dataset("vds", layout, fillvalue=-7)
         with h5py.File(path, "r") as f:
             expected = f["vds"][()]
-    refs, root = scan_open(path, inline_threshold=0)
+    refs, root = scan_open(path, inline_threshold=0, inline_dataset_threshold=0)
     why = {"unaligned": ["origin"], "partial": ["part of its source", "another shape"], "dtype": ["datatype"],
            "unlimited": ["not one regular block"]}[case]
     assert any(w in root["vds"].attrs["refindex_inlined"] for w in why)
@@ -158,7 +158,7 @@ def test_unwritten_source_chunks(tmp_path, src_fill):
         d = f.create_dataset("data", shape=(10, 100), chunks=(5, 50), dtype="<i4", fillvalue=src_fill)
         d[:5, :50] = 1
     expected = _vds(tmp_path / "v.h5", ["s.h5"], (2, 10, 100), [1], fillvalue=-7)
-    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0)
+    refs, root = scan_open(tmp_path / "v.h5", inline_threshold=0, inline_dataset_threshold=0)
     assert_same_values(expected, zvalues(root["vds"]))
     inlined = root["vds"].attrs.get("refindex_inlined", "")
     assert ("fill value" in inlined) == (src_fill != -7)
@@ -183,7 +183,7 @@ def test_source_outside_allowed_root_refused(tmp_path):
     _vds(inside / "v.h5", [str(outside / names[0])], (1, 10, 100), [0])
     with pytest.raises(UnsupportedError, match="outside the allowed root"):
         refindex.scan(str(inside / "v.h5"))
-    refs = refindex.scan(str(inside / "v.h5"), allow_outside=True, inline_threshold=0)
+    refs = refindex.scan(str(inside / "v.h5"), allow_outside=True, inline_threshold=0, inline_dataset_threshold=0)
     root = consumer_open(refs)
     with h5py.File(inside / "v.h5", "r") as f:
         assert_same_values(f["vds"][()], zvalues(root["vds"]))
@@ -194,8 +194,8 @@ def test_streamed_json_same_as_dict(tmp_path):
     names = _chunked_sources(tmp_path)
     expected = _vds(tmp_path / "v.h5", names, (4, 10, 100), [0, 1, 2, 3])
     src = str(tmp_path / "v.h5")
-    refindex.scan_to_file(src, tmp_path / "dict.json", inline_threshold=300)
-    summary = refindex.scan_to_file(src, tmp_path / "stream.json", return_refs=False, inline_threshold=300)
+    refindex.scan_to_file(src, tmp_path / "dict.json", inline_threshold=300, inline_dataset_threshold=0)
+    summary = refindex.scan_to_file(src, tmp_path / "stream.json", return_refs=False, inline_threshold=300, inline_dataset_threshold=0)
     assert (tmp_path / "dict.json").read_bytes() == (tmp_path / "stream.json").read_bytes()
     assert summary["chunks_referenced"] > 0
     import json

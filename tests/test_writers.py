@@ -38,7 +38,7 @@ def _tree_of(path, **kw) -> Tree:
     return trees[0]
 
 
-@pytest.mark.parametrize("kw", [{}, {"contiguous_chunk_bytes": 4096}, {"inline_threshold": 0},
+@pytest.mark.parametrize("kw", [{}, {"contiguous_chunk_bytes": 4096}, {"inline_threshold": 0, "inline_dataset_threshold": 0},
                                 {"inline_threshold": 10**6}])
 def test_stream_equals_dict_for_feature_rich_file(tmp_path, kw):
     src = tmp_path / "mixed.h5"
