@@ -50,10 +50,10 @@ def consolidated_metadata(refs: dict[str, Any]) -> dict[str, Any] | None:
     if value is None:
         return None
     doc = _decode(CONSOLIDATED_KEY, value)
-    return _metadata_of(doc)
+    return metadata_of(doc)
 
 
-def _metadata_of(doc: Any) -> dict[str, Any]:
+def metadata_of(doc: Any) -> dict[str, Any]:
     # fsspec's parquet layout keeps *all* metadata in its .zmetadata (with "record_size"
     # instead of the format number); there it is the per-node source itself.
     if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict) or (
@@ -128,5 +128,5 @@ def open_group(store: Any) -> Any:
         doc = json.loads(buf.to_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RefindexError(f".zmetadata is not valid JSON: {e}") from e
-    group = AsyncGroup.from_dict(StorePath(store, path=""), group_document(_metadata_of(doc)))
+    group = AsyncGroup.from_dict(StorePath(store, path=""), group_document(metadata_of(doc)))
     return zarr.Group(group)

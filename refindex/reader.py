@@ -11,26 +11,43 @@ import os
 from typing import Any
 
 import fsspec
-import numpy as np
 
 from .errors import RefindexError, SourceError
 
 
 def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
-    """A refs dict from a dict, a JSON file/URL, or a parquet directory (returned as its path)."""
+    """A refs dict from a dict or a JSON file/URL, or a parquet folder (returned as its path).
+
+    A JSON index is fetched with one request (no listing or size probe first).
+    """
     if isinstance(refs, dict):
         return refs
     path = os.fspath(refs)
     fs, p = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    if ("://" not in path or path.startswith("file://")) and os.path.isdir(p):
+        return path  # parquet refs: fsspec's LazyReferenceMapper layout
     try:
-        if fs.isdir(p):
-            return path  # parquet refs: fsspec's LazyReferenceMapper layout
-        with fs.open(p, "rb") as fh:
-            return json.loads(fh.read())
+        data = fs.cat_file(p)
+    except IsADirectoryError:
+        return path
     except FileNotFoundError as e:
+        try:
+            if fs.exists(p.rstrip("/") + "/.zmetadata"):
+                return path
+        except Exception:
+            pass
         raise SourceError("index not found", file=path) from e
-    except json.JSONDecodeError as e:
-        raise RefindexError(f"not a JSON reference index: {e}", file=path) from e
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        from .source import describe
+
+        head = bytes(data[:64])
+        why = f"its JSON is invalid ({e})" if head.lstrip()[:1] in (b"{", b"[") else describe(head)
+        raise RefindexError(f"neither a reference index (JSON or parquet) nor an HDF5 file: {why}", file=path) from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("refs", doc), dict):
+        raise RefindexError("JSON, but not a reference index (no \"refs\" mapping)", file=path)
+    return doc
 
 
 def _target_protocol(refs: Any, storage_options: dict[str, Any] | None = None) -> str | None:
@@ -66,34 +83,71 @@ def reference_fs(
     return fsspec.filesystem("reference", **kwargs)
 
 
+def index_store(refs: dict[str, Any], *, label: str | None = None, remote_protocol: str | None = None,
+                remote_options: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None):
+    """An :class:`~refindex.store.IndexStore` over a JSON index dict (inline values served from memory).
+
+    ``remote_options``: fsspec options for the files the chunks live in (every remote
+    protocol; ``remote_protocol`` only narrows which one, for symmetry with ``store``).
+    """
+    from .codecs import register_codecs
+    from .store import IndexStore, fsspec_range_reader
+
+    register_codecs()
+    body = refs.get("refs") if "version" in refs else refs
+    protocol_options = {remote_protocol: remote_options or {}} if remote_protocol else None
+    reader = fsspec_range_reader(None if remote_protocol else remote_options, protocol_options)
+    name = label or "refindex:" + str((refs.get("templates") or {}).get("u") or id(refs))
+    return IndexStore(body, refs.get("templates"), reader, label=name)
+
+
 def store(refs: Any, **kwargs: Any):
-    """A read-only ``zarr.storage.FsspecStore`` over the index."""
+    """A read-only zarr store over the index: an IndexStore for JSON indexes, else an ``FsspecStore``
+    over fsspec's ReferenceFileSystem (parquet folders, and indexes with generators)."""
     import zarr
 
     from .codecs import register_codecs
 
     register_codecs()
-    return zarr.storage.FsspecStore(reference_fs(refs, **kwargs), read_only=True, path="")
+    loaded = load_refs(refs, kwargs.get("storage_options"))
+    if isinstance(loaded, dict) and "gen" not in loaded:
+        return index_store(loaded, **kwargs)
+    return zarr.storage.FsspecStore(reference_fs(loaded, **kwargs), read_only=True, path="")
 
 
-def open(refs: Any, *, check_source: bool = True, **kwargs: Any):
-    """Open an index (dict, JSON path/URL or parquet directory) as a read-only ``zarr.Group``.
+def _prepare(refs: Any, check_source: bool, cache: Any, kwargs: dict[str, Any]) -> Any:
+    """The index of ``refs`` (an index, or an HDF5 file/URL scanned on the fly), checked against its source.
+
+    For an HDF5 input ``storage_options`` reach the file, so they also serve as the
+    ``remote_options`` its chunks are read with, unless those are given.
+    """
+    from .inputs import load_index
+
+    loaded, fresh = load_index(refs, storage_options=kwargs.get("storage_options"), cache=cache)
+    if fresh and kwargs.get("storage_options") and "remote_options" not in kwargs:
+        kwargs["remote_options"] = kwargs["storage_options"]
+    if check_source and not fresh:
+        from .provenance import check_source as _check
+
+        _check(loaded, storage_options=kwargs.get("remote_options"))
+    return loaded
+
+
+def open(refs: Any, *, check_source: bool = True, cache: Any = True, **kwargs: Any):
+    """Open an index (dict, JSON path/URL or parquet folder) or an HDF5 file/URL as a read-only ``zarr.Group``.
 
     Keyword arguments: ``remote_protocol``, ``remote_options`` (for the files the chunks
     live in, e.g. ``{"anon": True}`` or an ``endpoint_url``), ``storage_options`` (for
-    reading the index itself).  The hierarchy comes from the consolidated ``.zmetadata``
-    alone (one read, however deep the file), or per node when an index has none.
-    ``check_source``: refuse (``StaleIndexError``) when the source changed since indexing;
-    one ``info`` call, skipped for indexes without provenance.
+    reading the index itself, or the HDF5 file).  The hierarchy comes from the
+    consolidated ``.zmetadata`` alone (one read, however deep the file), or per node when
+    an index has none.  ``check_source``: refuse (``StaleIndexError``) when the source
+    changed since indexing; one ``info`` call, skipped for indexes without provenance.
+    ``cache``: where an HDF5 input's index is kept (see :mod:`refindex.inputs`; False: nowhere).
     """
     from .consolidated import open_group
 
-    refs = load_refs(refs, kwargs.get("storage_options"))
-    if check_source:
-        from .provenance import check_source as _check
-
-        _check(refs, storage_options=kwargs.get("remote_options"))
-    return open_group(store(refs, **kwargs))
+    loaded = _prepare(refs, check_source, cache, kwargs)
+    return open_group(store(loaded, **kwargs))
 
 
 def external_sources_of(refs: dict[str, Any]) -> list[str]:
@@ -117,146 +171,27 @@ def external_sources_of(refs: dict[str, Any]) -> list[str]:
     return sorted(found)
 
 
-def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
-    """A copy of ``refs`` whose in-file links/attribute references (``source: "."``) name ``source``.
+def beside(url: str, name: str) -> str:
+    """``name`` (relative or absolute path, or URL) resolved against the folder of ``url``."""
+    import posixpath
 
-    Objects read from a linked file are resolved by the IO of the file that links to them,
-    so their own links must say which file they live in.  (References stored inside
-    datasets of the linked file are left as they are.)
-    """
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            out = {k: walk(x) for k, x in v.items()}
-            if out.get("source") == "." and "path" in out:
-                out["source"] = source
-            return out
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    new = {}
-    for key, value in refs["refs"].items():
-        base = key.rsplit("/", 1)[-1]
-        if base == ".zmetadata":
-            continue  # stale after the rewrite; not needed
-        if base == ".zattrs" and isinstance(value, str) and '"."' in value:
-            value = json.dumps(walk(json.loads(value)), allow_nan=True)
-        new[key] = value
-    return {**refs, "refs": new}
+    if "://" in name or os.path.isabs(name):
+        return name
+    if "://" in url:
+        proto, rest = url.split("://", 1)
+        return proto + "://" + posixpath.normpath(posixpath.join(posixpath.dirname(rest), name))
+    return os.path.normpath(os.path.join(os.path.dirname(url), name))
 
 
-def _labelled_store(fs, label: str):
-    """A read-only FsspecStore whose ``str()`` names the file it indexes.
+def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
+             check_source: bool = True, cache: Any = True, **kwargs: Any):
+    """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO``, through its index or from the file itself.
 
-    hdmf-zarr keys the builders it has read by ``str(store)`` + path; an FsspecStore has
-    no ``__str__`` (every one prints the same repr), so objects of two indexed files
-    would be confused without a distinct label.
-    """
-    import zarr
-
-    class RefsStore(zarr.storage.FsspecStore):
-        def __str__(self) -> str:
-            return label
-
-    return RefsStore(fs, read_only=True, path="")
-
-
-class ExternalIndexes:
-    """Opens the indexes of files that external links point into, by link ``source``.
-
-    Looks, in order, in the index's ``refindex.external`` section (embedded ``refs`` or an
-    ``index`` file beside the index), in ``external`` (a dict source -> refs, JSON path or
-    URL) and finally scans the HDF5 file next to the indexed file on the fly.
-    """
-
-    def __init__(self, refs: dict[str, Any], *, index_location: str | None = None,
-                 external: dict[str, Any] | None = None, scan_missing: bool = True, **fs_kwargs: Any):
-        self.refs = refs
-        self.index_location = index_location
-        self.external = external or {}
-        self.scan_missing = scan_missing
-        self.fs_kwargs = fs_kwargs
-        self._refs_cache: dict[str, dict[str, Any]] = {}
-
-    def _main_url(self) -> str | None:
-        return (self.refs.get("templates") or {}).get("u")
-
-    def refs_for(self, source: str) -> dict[str, Any]:
-        if source in self._refs_cache:
-            return self._refs_cache[source]
-        from .api import _beside
-
-        entry = ((self.refs.get("refindex") or {}).get("external") or {}).get(source) or {}
-        if source in self.external:
-            r = load_refs(self.external[source])
-        elif "refs" in entry:
-            r = entry["refs"]
-        elif "index" in entry and self.index_location:
-            r = load_refs(_beside(self.index_location, entry["index"]))
-        elif self.scan_missing and (entry.get("url") or self._main_url()):
-            from .api import scan
-
-            r = scan(entry.get("url") or _beside(self._main_url(), source), convention="hdmf")
-        else:
-            raise SourceError(f"no index for the externally linked file {source!r}", file=source)
-        if not isinstance(r, dict):
-            raise RefindexError("externally linked indexes must be JSON indexes", file=source)
-        r = _rebase_self_refs(r, source)
-        self._refs_cache[source] = r
-        return r
-
-    def store(self, source: str):
-        r = self.refs_for(source)
-        label = "refindex:" + ((r.get("templates") or {}).get("u") or source)
-        return _labelled_store(reference_fs(r, **self.fs_kwargs), label)
-
-
-def nwb_io_class():
-    """``NWBZarrV2IO`` subclass that also resolves links into other indexed files."""
-    from hdmf_zarr.backend import ROOT_NAME
-    from hdmf_zarr.nwb_zarrv2 import NWBZarrV2IO
-
-    class RefsNWBZarrV2IO(NWBZarrV2IO):
-        """``NWBZarrV2IO`` whose references with ``source`` other than "." open that file's index.
-
-        hdmf-zarr 0.14 re-opens such a source relative to ``str(store)``, which cannot work for
-        a store object (and would reuse the same refs for ``reference://`` paths).
-        """
-
-        refindex_external: ExternalIndexes | None = None
-
-        def resolve_ref(self, zarr_ref):
-            ref = zarr_ref
-            if isinstance(ref, np.ndarray) and ref.ndim == 0:
-                ref = ref[()]
-            if isinstance(ref, str):
-                try:
-                    ref = json.loads(ref)
-                except json.JSONDecodeError:
-                    ref = None
-            ext = self.refindex_external
-            if ext is not None and isinstance(ref, dict) and ref.get("source") not in (None, "."):
-                store = ext.store(ref["source"])
-                root = self._open_file_consolidated(store=store, mode="r")
-                path = ref.get("path")
-                if not path or path == "/":
-                    return ROOT_NAME, root
-                try:
-                    target = root[path]
-                except Exception as e:
-                    raise ValueError(f"Found bad link to object {path} in file {ref['source']}") from e
-                return os.path.basename(path.rstrip("/")), target
-            return super().resolve_ref(zarr_ref)
-
-    return RefsNWBZarrV2IO
-
-
-def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True, **kwargs: Any):
-    """Lazily read an NWB file through its index with hdmf-zarr's ``NWBZarrV2IO``.
-
+    ``refs``: an index (dict, JSON path/URL, parquet folder) or the NWB file (local path or
+    URL: scanned on the fly, the index kept in the local ``cache``, see :mod:`refindex.inputs`).
     Returns the ``NWBFile``; arrays stay lazy (read on access).  The IO object is kept
     on the returned file as ``nwbfile.refindex_io`` so it is not garbage collected.
+    Keyword arguments as for :func:`open`.
 
     External links (``zarr_link`` entries whose ``source`` is another file) are resolved
     through that file's index: embedded by ``scan(..., follow_external=True)``, written
@@ -264,20 +199,9 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     ``external`` (source -> refs dict or index path), or else (``scan_missing``) made on
     the fly from the HDF5 file next to the indexed file.
     """
-    index_location = None if isinstance(refs, dict) else os.fspath(refs)
-    loaded = load_refs(refs, kwargs.get("storage_options"))
-    if kwargs.pop("check_source", True):
-        from .provenance import check_source as _check
+    from .nwb import read_nwb
 
-        _check(loaded, storage_options=kwargs.get("remote_options"))
-    cls = nwb_io_class()
-    io = cls(path=store(loaded, **kwargs), mode="r")
-    if isinstance(loaded, dict):
-        io.refindex_external = ExternalIndexes(loaded, index_location=index_location, external=external,
-                                               scan_missing=scan_missing, **kwargs)
-    nwbfile = io.read()
-    try:
-        nwbfile.refindex_io = io
-    except Exception:  # pragma: no cover - containers may refuse new attributes
-        pass
-    return nwbfile
+    index_location = None if isinstance(refs, dict) else os.fspath(refs)
+    loaded = _prepare(refs, check_source, cache, kwargs)
+    return read_nwb(store(loaded, **kwargs), loaded if isinstance(loaded, dict) else None,
+                    index_location=index_location, external=external, scan_missing=scan_missing, **kwargs)

@@ -35,7 +35,6 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, Union
 from .consolidated import is_metadata_key, per_node_metadata
 from .errors import RefindexError
 
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 class ArrayModel(TypedDict):
@@ -92,32 +91,6 @@ class CheckReport:
 # ---------------------------------------------------------------- building a ZOM
 
 
-def _looks_like_hdf5(path: str, storage_options: dict[str, Any] | None) -> bool:
-    """HDF5 signature at 0, 512, 1024, ... (user blocks); an index starts with JSON text."""
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path, **(storage_options or {}))
-    try:
-        if fs.isdir(p):
-            return False
-        with fs.open(p, "rb") as fh:
-            head = fh.read(8)
-            if head.lstrip()[:1] == b"{":
-                return False
-            offset = 0
-            while len(head) == 8:
-                if head == HDF5_SIGNATURE:
-                    return True
-                offset = 512 if offset == 0 else offset * 2
-                fh.seek(offset)
-                head = fh.read(8)
-    except FileNotFoundError as e:
-        from .errors import SourceError
-
-        raise SourceError("file not found", file=path) from e
-    return False
-
-
 def load_metadata(
     refs_or_file: Any, *, storage_options: dict[str, Any] | None = None, **scan_kwargs: Any
 ) -> dict[str, Any]:
@@ -125,21 +98,17 @@ def load_metadata(
 
     An HDF5 file is scanned in memory first (``scan_kwargs`` go to ``refindex.scan``).
     """
+    from .inputs import kind_of
     from .reader import load_refs
 
     if isinstance(refs_or_file, dict):
         return per_node_metadata(refs_or_file)
     path = os.fspath(refs_or_file)
-    if _looks_like_hdf5(path, storage_options):
+    if kind_of(path, storage_options) == "hdf5":
         from .api import scan
 
         return per_node_metadata(scan(path, storage_options=storage_options, **scan_kwargs))
-    try:
-        refs = load_refs(path, storage_options)
-    except RefindexError as e:
-        if "not a JSON reference index" not in str(e):
-            raise
-        raise RefindexError("neither an HDF5 file nor a reference index (JSON or parquet)", file=path) from e
+    refs = load_refs(path, storage_options)
     if isinstance(refs, dict):
         return per_node_metadata(refs)
     return _parquet_metadata(path, storage_options)

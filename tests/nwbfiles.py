@@ -309,6 +309,31 @@ def build_hardlink(path: Path) -> None:
         f["/acquisition/b/timestamps"] = f["/acquisition/a/timestamps"]  # hard link
 
 
+def build_many_objects(path: Path, series: int = 30, units: int = 60, trials: int = 40) -> None:
+    """The shape of large DANDI sessions, small: many TimeSeries with scalar ``starting_time``
+    in processing modules, units with ragged spike times, trials, an electrodes table."""
+    from pynwb import NWBHDF5IO, TimeSeries
+
+    rng = np.random.default_rng(11)
+    nwb = _nwbfile("many-objects")
+    dev = nwb.create_device("probe", description="probe")
+    group = nwb.create_electrode_group("shank0", description="shank", location="CA1", device=dev)
+    for i in range(8):
+        nwb.add_electrode(x=float(i), y=0.0, z=0.0, location="CA1", group=group, filtering="none")
+    for m in range(3):
+        module = nwb.create_processing_module(f"module{m}", f"module {m}")
+        for i in range(series // 3):
+            module.add(TimeSeries(name=f"series{i:03d}", data=rng.standard_normal(3000).astype("f4"),
+                                  unit="a.u.", rate=100.0, starting_time=float(i)))
+    for _ in range(units):
+        nwb.add_unit(spike_times=np.sort(rng.uniform(0, 100, int(rng.integers(20, 200)))))
+    nwb.add_trial_column("correct", "whether correct")
+    for i in range(trials):
+        nwb.add_trial(start_time=2.0 * i, stop_time=2.0 * i + 1.5, correct=bool(i % 2))
+    with NWBHDF5IO(str(path), "w") as io:
+        io.write(nwb)
+
+
 def build_all(folder: Path) -> dict[str, Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import s3fs
 import zarr
-from fsspec.implementations.reference import ReferenceFileSystem
 
 import refindex
 from refindex import schema
 from refindex.cli import main as cli_main
 from refindex.consolidated import METADATA_NAMES, consolidation_differences
+from refindex.store import IndexStore
 
 from conftest import assert_same_values, json_roundtrip, moto_s3
 
@@ -139,13 +139,13 @@ def test_remote_index_reads_only_zmetadata(tmp_path, s3, monkeypatch):
     fs.pipe("schema-bucket/x.refs.json", json.dumps(refs, allow_nan=True).encode())
 
     keys: list[str] = []
-    orig = ReferenceFileSystem._cat_file
+    orig = IndexStore.get
 
-    async def counting_cat_file(self, path, start=None, end=None, **kw):
-        keys.append(path)
-        return await orig(self, path, start, end, **kw)
+    async def counting_get(self, key, *args, **kw):
+        keys.append(key)
+        return await orig(self, key, *args, **kw)
 
-    monkeypatch.setattr(ReferenceFileSystem, "_cat_file", counting_cat_file)
+    monkeypatch.setattr(IndexStore, "get", counting_get)
     s3_calls: list[tuple[str, str]] = []
     orig_call = s3fs.S3FileSystem._call_s3
 
@@ -300,7 +300,7 @@ def test_bad_template_is_a_clear_error(tmp_path):
         refindex.check(str(bad), str(path))
     with pytest.raises(refindex.RefindexError, match="must be a ZOM group"):
         refindex.check({"shape": [1], "dtype": "<i4"}, str(path))
-    with pytest.raises(refindex.RefindexError, match="neither an HDF5 file nor a reference index"):
+    with pytest.raises(refindex.RefindexError, match="neither a reference index .JSON or parquet. nor an HDF5 file: its JSON is invalid"):
         refindex.object_model(str(bad))
 
 

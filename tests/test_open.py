@@ -1,0 +1,265 @@
+"""The user's side of an index (issue #11): what is inline, what a reader fetches, opening files directly.
+
+* Small data goes into the index: every dataset stored in fewer than ``inline_threshold``
+  bytes, contiguous ones included, and whole datasets below ``inline_dataset_threshold``.
+* ``refindex.open``/``open_nwb`` read metadata and inline values from memory and fetch
+  referenced chunks in merged batches; the store counts what it fetched.
+* The NWB reader serves scalars and re-read small arrays from memory: same values as zarr.
+* ``open``/``open_nwb``/``info`` take an HDF5 file or URL (scanned on the fly, cached by
+  URL + size + etag/mtime) and say what a file is when it is neither an index nor HDF5.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import fsspec
+import h5py
+import numpy as np
+import pytest
+import zarr
+
+import refindex
+from refindex.nwb import _serve_from
+
+import nwbcompare  # noqa: E402
+import nwbfiles  # noqa: E402
+from conftest import assert_same_values, consumer_open, moto_s3, scan, zvalues
+
+
+def _inline(refs, key):
+    value = refs["refs"][key]
+    return isinstance(value, str) and value.startswith("base64:")
+
+
+# ---------------------------------------------------------------- what goes inline
+
+
+def test_small_contiguous_datasets_are_inline(h5path):
+    with h5py.File(h5path, "w") as f:
+        f["scalar"] = 2.5  # contiguous, 8 bytes
+        f["short"] = np.arange(10, dtype="i4")  # contiguous, 40 bytes
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        f.create_dataset("compact", data=np.arange(4, dtype="i2"), dcpl=dcpl)
+        f["big"] = np.arange(50_000, dtype="f8")  # 400 kB: referenced
+    refs = scan(h5path)
+    assert _inline(refs, "scalar/0") and _inline(refs, "short/0") and _inline(refs, "compact/0")
+    assert isinstance(refs["refs"]["big/0"], list)
+    root = consumer_open(refs)
+    with h5py.File(h5path, "r") as f:
+        for name in ("scalar", "short", "compact", "big"):
+            assert_same_values(f[name][()], zvalues(root[name]))
+
+
+def test_inline_dataset_threshold_takes_whole_small_datasets(h5path):
+    with h5py.File(h5path, "w") as f:
+        f.create_dataset("ids", data=np.arange(1000, dtype="i8"), chunks=(100,))  # 8 kB in 10 chunks
+        f.create_dataset("col", data=np.linspace(0, 1, 1500))  # 12 kB contiguous
+        f.create_dataset("data", data=np.arange(10_000, dtype="f8"), chunks=(1000,))  # 80 kB
+    refs = scan(h5path)
+    assert all(_inline(refs, f"ids/{i}") for i in range(10)) and _inline(refs, "col/0")
+    assert all(isinstance(refs["refs"][f"data/{i}"], list) for i in range(10))
+    lean = scan(h5path, inline_dataset_threshold=0)
+    assert isinstance(lean["refs"]["ids/0"], list) and isinstance(lean["refs"]["col/0"], list)
+    summary = refindex.info(refs)
+    assert summary["inline_options"] == {"inline_threshold": 256, "inline_dataset_threshold": 16384,
+                                         "inline_max": 64 << 20}
+    assert summary["inline_chunks"] == 11 and summary["chunks_referenced"] == 10
+    root = consumer_open(refs)
+    with h5py.File(h5path, "r") as f:
+        for name in ("ids", "col", "data"):
+            assert_same_values(f[name][()], zvalues(root[name]))
+
+
+def test_remote_scan_reads_small_datasets_in_one_batch(tmp_path):
+    """300 scalars beside 40 kB arrays: their bytes come in one more round trip, not one each."""
+    path = tmp_path / "scalars.h5"
+    with h5py.File(path, "w") as f:
+        for i in range(300):
+            g = f.create_group(f"s{i:03d}")
+            g["data"] = np.full(5000, i, dtype="f8")
+            g["start"] = float(i)
+    with moto_s3() as s3:
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+        fs.mkdir("open-bucket")
+        fs.put(str(path), "open-bucket/scalars.h5")
+        lean: dict = {}
+        refindex.scan("s3://open-bucket/scalars.h5", storage_options=s3, stats=lean, inline_threshold=0,
+                      inline_dataset_threshold=0)
+        stats: dict = {}
+        refs = json.loads(json.dumps(refindex.scan("s3://open-bucket/scalars.h5", storage_options=s3, stats=stats)))
+    assert all(_inline(refs, f"s{i:03d}/start/0") for i in range(300))
+    assert stats["round_trips"] <= lean["round_trips"] + 1, (stats, lean)
+    with h5py.File(path, "r") as f:
+        root = consumer_open(json.loads(json.dumps(refindex.scan(str(path)))))
+        assert [float(root[f"s{i:03d}/start"][()]) for i in range(300)] == [f[f"s{i:03d}/start"][()]
+                                                                             for i in range(300)]
+
+
+# ---------------------------------------------------------------- the store
+
+
+def test_index_store_merges_neighbouring_chunks(h5path):
+    data = np.arange(40_000, dtype="i8")
+    with h5py.File(h5path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(4000,))  # 10 chunks of 32 kB, stored one after another
+    root = refindex.open(scan(h5path), check_source=False)
+    assert_same_values(data, root["x"][...])
+    stats = root.store.stats
+    assert stats.requests == 1 and len(stats.keys) == 10 and stats.bytes_fetched == data.nbytes
+    assert_same_values(data[3999:4001], root["x"][3999:4001])  # two more chunks, again one request
+    assert stats.requests == 2
+
+
+def test_index_store_reports_missing_source(h5path, tmp_path):
+    with h5py.File(h5path, "w") as f:
+        f["x"] = np.arange(100_000, dtype="f8")
+    refs = scan(h5path)
+    refs["templates"]["u"] = str(tmp_path / "gone.h5")
+    root = refindex.open(refs, check_source=False)
+    with pytest.raises(refindex.SourceError, match="gone.h5"):
+        root["x"][:10]
+
+
+@pytest.mark.parametrize("values", [np.arange(24, dtype="i4").reshape(4, 6),
+                                    np.array(["a", "bb", "", "dddd", "e"], dtype=object),
+                                    np.linspace(0, 1, 7)])
+def test_memory_served_selections_equal_zarrs(values):
+    """The NWB reader's in-memory selections return what zarr returns, type and shape included."""
+    store = zarr.storage.MemoryStore()
+    dtype = str if values.dtype == object else values.dtype
+    plain = zarr.create_array(store, name="a", shape=values.shape, chunks=(2,) * values.ndim, dtype=dtype,
+                              zarr_format=2)
+    plain[...] = values
+    fast = zarr.open_array(store, path="a", mode="r", zarr_format=2)
+    _serve_from(fast, lambda: zarr.Array.get_basic_selection(fast, Ellipsis))
+    n = values.shape[0]
+    selections = [(), Ellipsis, 0, -1, slice(1, 3), slice(None, None, 2), slice(-3, None), [0, 2], [n - 1, 0]]
+    if values.ndim == 1:
+        selections.append(np.array([True] + [False] * (n - 1)))
+    else:
+        selections += [(1, 2), (slice(None), 3), (0, slice(1, 5)), (slice(1, 3), [0, 4]), (Ellipsis, 1)]
+    for sel in selections:
+        want, got = plain[sel], fast[sel]
+        assert type(want) is type(got), sel
+        assert np.asarray(want).dtype == np.asarray(got).dtype and np.shape(want) == np.shape(got), sel
+        assert np.array_equal(np.asarray(want).astype(object), np.asarray(got).astype(object)), sel
+    assert np.array_equal(plain.oindex[[0, 1]].astype(object), fast.oindex[[0, 1]].astype(object))
+
+
+# ---------------------------------------------------------------- NWB through the index
+
+
+@pytest.fixture(scope="module")
+def many_objects(tmp_path_factory):
+    pytest.importorskip("pynwb")
+    path = tmp_path_factory.mktemp("many") / "many.nwb"
+    nwbfiles.build_many_objects(path)
+    return path
+
+
+def _hdf5_nwb(path):
+    import pynwb
+
+    io = pynwb.NWBHDF5IO(str(path), "r")
+    return io, io.read()
+
+
+def _cell(v):
+    """A DataFrame cell as plain data: arrays as lists, NWB containers by type and name."""
+    if hasattr(v, "object_id"):
+        return (type(v).__name__, v.name)
+    if isinstance(v, (np.ndarray, list)):
+        return np.asarray(v).tolist()
+    return v
+
+
+def test_open_nwb_fetches_no_small_dataset(many_objects):
+    """Opening the index reads nothing by reference: every scalar and table column is inline."""
+    refs = scan(many_objects)
+    nwb = refindex.open_nwb(refs)
+    store = nwb.refindex_io._file.store
+    assert store.stats.keys == [] and store.stats.requests == 0
+    hio, hnwb = _hdf5_nwb(many_objects)
+    try:
+        nwbcompare.assert_same_nwb(hnwb, nwb)
+        for table in ("units", "electrodes", "trials"):
+            a = getattr(hnwb, table).to_dataframe()
+            b = getattr(nwb, table).to_dataframe()
+            assert a.shape == b.shape and list(a.columns) == list(b.columns) and list(a.index) == list(b.index)
+            for col in a.columns:
+                assert [_cell(v) for v in a[col]] == [_cell(v) for v in b[col]], (table, col)
+        # spike times are referenced: read once, whole, when the table reads them row by row
+        assert set(store.stats.keys) <= {k for k in refs["refs"] if k.startswith("units/spike_times/")}
+        assert store.stats.round_trips <= 2
+    finally:
+        hio.close()
+
+
+def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    hio, hnwb = _hdf5_nwb(many_objects)
+    try:
+        nwbcompare.assert_same_nwb(hnwb, refindex.open_nwb(str(many_objects), cache=cache))
+        entries = list(cache.glob("*.refs.json"))
+        assert len(entries) == 1
+        calls = []
+        real_scan = refindex.api.scan
+        monkeypatch.setattr(refindex.api, "scan", lambda *a, **k: calls.append(a) or real_scan(*a, **k))
+        nwbcompare.assert_same_nwb(hnwb, refindex.open_nwb(str(many_objects), cache=cache))
+        assert calls == []  # the cached index, after one freshness check
+    finally:
+        hio.close()
+    changed = tmp_path / "changed.nwb"
+    changed.write_bytes(many_objects.read_bytes())
+    refindex.open_nwb(str(changed), cache=cache)
+    with h5py.File(changed, "r+") as f:  # the file changes: the cache misses, scans again
+        f["general"].attrs["note"] = "changed"
+    refindex.open_nwb(str(changed), cache=cache)
+    assert len(calls) == 2 and len(list(cache.glob("*.refs.json"))) == 3
+
+
+def test_open_nwb_on_an_s3_url(many_objects, tmp_path):
+    with moto_s3() as s3:
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+        fs.mkdir("nwb-bucket")
+        fs.put(str(many_objects), "nwb-bucket/session.nwb")
+        hio, hnwb = _hdf5_nwb(many_objects)
+        try:
+            nwb = refindex.open_nwb("s3://nwb-bucket/session.nwb", storage_options=s3, cache=tmp_path / "c")
+            assert nwb.refindex_io._file.store.stats.requests == 0  # the open fetched no chunk
+            nwbcompare.assert_same_nwb(hnwb, nwb)
+            ts = nwb.processing["module1"]["series003"]
+            assert_same_values(hnwb.processing["module1"]["series003"].data[:], ts.data[:])
+        finally:
+            hio.close()
+
+
+def test_open_and_info_take_an_hdf5_file(h5path, tmp_path):
+    with h5py.File(h5path, "w") as f:
+        f["x"] = np.arange(100_000, dtype="i4")
+    root = refindex.open(str(h5path), cache=False)
+    assert_same_values(np.arange(100_000, dtype="i4"), root["x"][...])
+    assert refindex.info(str(h5path), cache=False)["chunks_referenced"] == 1
+
+
+@pytest.mark.parametrize("content, what", [(b"hello, this is a text file\n", "text file"),
+                                           (b"\x89PNG\r\n\x1a\n" + bytes(50), "PNG image"),
+                                           (b"CDF\x01" + bytes(50), "netCDF-3")])
+def test_neither_index_nor_hdf5_is_a_clear_error(tmp_path, content, what):
+    path = tmp_path / "thing.dat"
+    path.write_bytes(content)
+    for call in (refindex.open, refindex.open_nwb, refindex.info):
+        with pytest.raises(refindex.RefindexError, match=f"neither a reference index .* nor an HDF5 file.*{what}"):
+            call(str(path))
+    named = tmp_path / "thing.nwb"  # a misleading name: the scan says what it is
+    named.write_bytes(content)
+    with pytest.raises(refindex.NotHDF5Error, match=what):
+        refindex.open_nwb(str(named), cache=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(refindex.RefindexError, match="its JSON is invalid"):
+            (tmp_path / "x.json").write_text("{oops")
+            refindex.open(str(tmp_path / "x.json"))
