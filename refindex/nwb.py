@@ -101,24 +101,40 @@ class ZarrTree:
             _serve_from(arr, _whole_array_loader(arr), first_touch=limit == SMALL_ARRAY_BYTES)
 
     def scalars(self) -> dict[str, Any]:
-        """Values of every 0-d array, read through zarr in one batch (hdmf reads them all)."""
+        """Values of every 0-d array whose one chunk is inline (hdmf reads them all while building).
+
+        Decoded here with the array's own codecs and dtype, as zarr does, instead of one
+        trip through zarr's event loop each; a chunk that is not inline, or a value this
+        cannot decode, is left to zarr.
+        """
         if self._scalars is None:
-            from zarr.core.array import AsyncArray
-            from zarr.core.sync import sync
-            from zarr.storage import StorePath
-
-            paths = [p for p, m in self.flat.items() if getattr(m, "shape", None) == ()]
-
-            async def read_all() -> list[Any]:
-                import asyncio
-
-                arrays = [AsyncArray(metadata=self.flat[p], store_path=StorePath(self.store, p)) for p in paths]
-                return await asyncio.gather(*(a.getitem(()) for a in arrays), return_exceptions=True)
-
-            values = sync(read_all()) if paths else []
-            # a scalar zarr cannot read is left to zarr, which raises when hdmf asks for it
-            self._scalars = {p: v for p, v in zip(paths, values) if not isinstance(v, BaseException)}
+            self._scalars = {}
+            for path, meta in self.flat.items():
+                if getattr(meta, "shape", None) != () or getattr(meta, "zarr_format", None) != 2:
+                    continue
+                raw = self.store.inline(f"{path}/0")
+                if raw is not None:
+                    try:
+                        self._scalars[path] = decode_scalar(meta, raw)
+                    except Exception:
+                        pass
         return self._scalars
+
+
+def decode_scalar(meta: Any, raw: bytes) -> Any:
+    """The value zarr returns for ``a[()]`` of a 0-d v2 array (``meta``) whose chunk is ``raw``."""
+    buf: Any = raw
+    if meta.compressor is not None:
+        buf = meta.compressor.decode(buf)
+    for codec in reversed(meta.filters or ()):
+        buf = codec.decode(buf)
+    if isinstance(buf, np.ndarray) and buf.dtype == object:  # vlen-utf8 / vlen-bytes: one object
+        return buf.reshape(-1)[0]
+    values = np.frombuffer(memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf,
+                           dtype=meta.dtype.to_native_dtype())
+    if values.size != 1:
+        raise ValueError("a 0-d chunk holds one element")
+    return values.reshape(())[()]
 
 
 _MISSING = object()

@@ -177,7 +177,7 @@ class Scanner:
         self.canonical: dict[tuple[int, int], str] = {}
         self.object_ids: dict[str, str | None] = {}
         self._phony: dict[str, list[tuple[str, int]]] = {}
-        self._dimids: dict[int, str] = {}
+        self._dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
 
     # ------------------------------------------------------------ helpers
     def fail(self, path: str | None, reason: str, exc: type[RefindexError] = UnsupportedError) -> RefindexError:
@@ -205,18 +205,18 @@ class Scanner:
                 if info.type != h5py.h5l.TYPE_HARD:
                     continue
                 child = join(path, name)
-                try:
-                    obj = g[name]
+                try:  # the object's identity without opening it (what object_key reads from an open one)
+                    st = h5py.h5g.get_objinfo(g.id, name.encode("utf-8"))
+                    key = (st.fileno, st.objno)
+                    if key in self.canonical:
+                        continue
+                    self.canonical[key] = child
+                    if st.type == h5py.h5g.GROUP:
+                        kids.append((child, g[name]))
+                    elif st.type == h5py.h5g.DATASET:
+                        datasets += 1
                 except Exception as e:
                     raise self.fail(child, f"cannot open object: {e}", RefindexError) from e
-                key = object_key(obj)
-                if key in self.canonical:
-                    continue
-                self.canonical[key] = child
-                if isinstance(obj, h5py.Group):
-                    kids.append((child, obj))
-                elif isinstance(obj, h5py.Dataset):
-                    datasets += 1
             stack.extend(reversed(kids))
         self.progress.start(datasets)
 
@@ -318,21 +318,23 @@ class Scanner:
         t0 = time.perf_counter()
         self.tree.root_object_id = self.object_id_of(self.f)
         self.index_objects()
-        self._collect_dimids()
         self.visit_group(self.f, "/")
         self._read_deferred()
         self.tree.provenance["scan_seconds"] = round(time.perf_counter() - t0, 4)
         return self.tree
 
-    def _collect_dimids(self) -> None:
-        """netCDF-4 dimension ids -> names (for ``_Netcdf4Coordinates``)."""
-        for key, path in self.canonical.items():
-            obj = self.f[path]
-            if isinstance(obj, h5py.Dataset) and "_Netcdf4Dimid" in obj.attrs:
-                try:
-                    self._dimids[int(np.asarray(obj.attrs["_Netcdf4Dimid"]).reshape(-1)[0])] = _basename(path)
-                except Exception:
-                    pass
+    def dimension_names(self) -> dict[int, str]:
+        """netCDF-4 dimension ids -> names (for ``_Netcdf4Coordinates``), found on first use."""
+        if self._dimids is None:
+            self._dimids = {}
+            for key, path in self.canonical.items():
+                obj = self.f[path]
+                if isinstance(obj, h5py.Dataset) and "_Netcdf4Dimid" in obj.attrs:
+                    try:
+                        self._dimids[int(np.asarray(obj.attrs["_Netcdf4Dimid"]).reshape(-1)[0])] = _basename(path)
+                    except Exception:
+                        pass
+        return self._dimids
 
     def visit_group(self, g: h5py.Group, path: str) -> None:
         self.tree.groups[path] = GroupNode(path, self.attrs_of(g, path), self.object_id_of(g))
@@ -553,9 +555,10 @@ class Scanner:
         if "_Netcdf4Coordinates" in d.attrs and ndim:
             try:
                 ids = np.asarray(d.attrs["_Netcdf4Coordinates"]).reshape(-1)
+                dimids = self.dimension_names()
                 for i, dimid in enumerate(ids[:ndim]):
-                    if names[i] is None and int(dimid) in self._dimids:
-                        names[i] = self._dimids[int(dimid)]
+                    if names[i] is None and int(dimid) in dimids:
+                        names[i] = dimids[int(dimid)]
             except Exception:
                 pass
         used: list[str] = [n for n in names if n]

@@ -149,6 +149,31 @@ def test_memory_served_selections_equal_zarrs(values):
     assert np.array_equal(plain.oindex[[0, 1]].astype(object), fast.oindex[[0, 1]].astype(object))
 
 
+def test_scalars_decoded_without_zarr_equal_zarrs(h5path):
+    """The NWB reader decodes inline 0-d chunks itself: same type and value as zarr's ``a[()]``."""
+    from refindex.nwb import ZarrTree
+
+    with h5py.File(h5path, "w") as f:
+        f["f8"] = 2.5
+        f["nan"] = np.nan
+        f["be"] = np.array(7, dtype=">i4")
+        f["b1"] = np.bool_(True)
+        f["c16"] = np.complex128(1 - 2j)
+        f["text"] = "héllo"
+        f.create_dataset("fixed", data=np.bytes_(b"ab"), dtype="S5")
+        f["rec"] = np.array((1, 2.0), dtype=[("a", "<i4"), ("b", "<f8")])
+        f.create_dataset("enum", data=np.int8(1), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
+    refs = scan(h5path)
+    tree = ZarrTree.of(refindex.reader.store(refs))
+    fast = tree.scalars()
+    assert set(fast) == {"f8", "nan", "be", "b1", "c16", "text", "fixed", "rec", "enum"}
+    for path, value in fast.items():
+        want = zarr.Array.get_basic_selection(zarr.open_array(consumer_open(refs).store, path=path, mode="r",
+                                                              zarr_format=2), ())
+        assert type(value) is type(want), path
+        assert value == want or (path == "nan" and np.isnan(value) and np.isnan(want)), path
+
+
 # ---------------------------------------------------------------- NWB through the index
 
 
