@@ -3,6 +3,8 @@
 A small threaded HTTP server on 127.0.0.1 serving one directory with ``Range`` support.
 Every request sleeps ``latency`` plus ``bytes / bandwidth`` (per connection), and the
 server counts requests and bytes, so benchmarks can report what a reader fetched.
+``GET /_store/counts`` returns those counts as JSON (neither counted nor delayed), so a
+reader in another process can tell what each of its own steps fetched.
 fsspec's ``http`` filesystem reads it like any web server or presigned S3 URL.
 
 Run alone to serve a folder:  python benchmarks/latency_store.py benchmarks/out
@@ -11,6 +13,7 @@ Run alone to serve a folder:  python benchmarks/latency_store.py benchmarks/out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -20,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+COUNTS_PATH = "/_store/counts"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,6 +62,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self) -> None:
+        if self.path == COUNTS_PATH:
+            return self._send_counts()
         full = self._resolve()
         if full is None:
             self.server.count(0)
@@ -93,6 +99,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_counts(self) -> None:
+        body = json.dumps(self.server.counts()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def _delay(self, nbytes: int) -> None:
         t = self.server.latency + (nbytes / self.server.bandwidth if self.server.bandwidth else 0.0)
         if t > 0:
@@ -124,6 +138,10 @@ class _Server(ThreadingHTTPServer):
             self.head_requests += int(head)
             self.bytes_sent += nbytes
 
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"requests": self.requests, "head_requests": self.head_requests, "bytes": self.bytes_sent}
+
 
 class LatencyStore:
     """``with LatencyStore(folder) as store: store.url("f.nwb")`` -> an http:// URL on 127.0.0.1.
@@ -149,9 +167,12 @@ class LatencyStore:
             self._server.requests = self._server.head_requests = self._server.bytes_sent = 0
 
     def counts(self) -> dict[str, int]:
-        with self._server._lock:
-            return {"requests": self._server.requests, "head_requests": self._server.head_requests,
-                    "bytes": self._server.bytes_sent}
+        return self._server.counts()
+
+    @property
+    def counts_url(self) -> str:
+        """Where :func:`fetch_counts` reads :meth:`counts` from another process."""
+        return self.base + COUNTS_PATH
 
     def __enter__(self) -> "LatencyStore":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -171,6 +192,14 @@ def http_storage_options() -> dict[str, Any]:
 
     return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=120, sock_connect=10)},
             "headers": {"Accept-Encoding": "identity"}}
+
+
+def fetch_counts(counts_url: str) -> dict[str, int]:
+    """The store's counts as :meth:`LatencyStore.counts` returns them, over HTTP (its own connection)."""
+    from urllib.request import urlopen
+
+    with urlopen(counts_url, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def main() -> None:
