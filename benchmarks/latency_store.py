@@ -1,8 +1,9 @@
 """A loopback object store with the round-trip cost of a real one.
 
 A small threaded HTTP server on 127.0.0.1 serving one directory with ``Range`` support.
-Every request sleeps ``latency`` plus ``bytes / bandwidth`` (per connection), and the
-server counts requests and bytes, so benchmarks can report what a reader fetched.
+Every request waits ``latency`` before its headers and sends its body at ``bandwidth``
+(per connection); the server counts requests and bytes, so benchmarks can report what a
+reader fetched.
 ``GET /_store/counts`` returns those counts as JSON (neither counted nor delayed), so a
 reader in another process can tell what each of its own steps fetched.
 fsspec's ``http`` filesystem reads it like any web server or presigned S3 URL.
@@ -24,6 +25,7 @@ from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 COUNTS_PATH = "/_store/counts"
+PIECE = 256 << 10  # bytes written (and paced) at a time
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -51,7 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         self.server.count(0, head=True)
-        self._delay(0)
+        self._wait()
         full = self._resolve()
         if full is None:
             return self._fail(404)
@@ -85,19 +87,30 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.count(0)
                 return self._fail(416)
             status = 206
-        n = end - start
-        self.server.count(n)
-        self._delay(n)
-        with open(full, "rb") as fh:
-            fh.seek(start)
-            data = fh.read(n)
+        self.server.count(0)
+        self._wait()
         self.send_response(status)
-        self.send_header("Content-Length", str(n))
+        self.send_header("Content-Length", str(end - start))
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
-        self.wfile.write(data)
+        self._send_body(full, start, end - start)
+
+    def _send_body(self, full: str, start: int, n: int) -> None:
+        """The bytes at ``bandwidth``, a piece at a time, each counted as it goes out.
+
+        A client that hangs up early (remfile's first GET only wants Content-Length) waits
+        for, and is counted for, what it took, not the whole file, as from a real store."""
+        with open(full, "rb") as fh:
+            fh.seek(start)
+            while n > 0:
+                piece = fh.read(min(n, PIECE))
+                self.server.count(len(piece), request=False)
+                if self.server.bandwidth:
+                    time.sleep(len(piece) / self.server.bandwidth)
+                self.wfile.write(piece)
+                n -= len(piece)
 
     def _send_counts(self) -> None:
         body = json.dumps(self.server.counts()).encode()
@@ -107,10 +120,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _delay(self, nbytes: int) -> None:
-        t = self.server.latency + (nbytes / self.server.bandwidth if self.server.bandwidth else 0.0)
-        if t > 0:
-            time.sleep(t)
+    def _wait(self) -> None:
+        """The round trip before the first byte."""
+        if self.server.latency > 0:
+            time.sleep(self.server.latency)
 
 
 class _Server(ThreadingHTTPServer):
@@ -132,9 +145,9 @@ class _Server(ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
-    def count(self, nbytes: int, head: bool = False) -> None:
+    def count(self, nbytes: int, head: bool = False, request: bool = True) -> None:
         with self._lock:
-            self.requests += 1
+            self.requests += int(request)
             self.head_requests += int(head)
             self.bytes_sent += nbytes
 
