@@ -5,6 +5,7 @@ PYTHON ?= $(shell command -v python3.12 2>/dev/null || command -v python3 2>/dev
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: demo test install bench fuzz clean
 
@@ -15,6 +16,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,nwb,dask]"
 	touch $(STAMP)
 
+# benchmark-only tools (remfile for P4), on top of the project's own install
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	touch $(BENCH_STAMP)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -23,7 +29,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/pytest -q
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
 
 fuzz: $(STAMP)

@@ -43,14 +43,15 @@ def run_child(script: str, name: str, args: list[str], timeout: float) -> dict[s
 
 
 def run_repeated(jobs: dict[str, tuple[str, str, list[str]]], repeat: int | dict[str, int], timeout: float,
-                 measure: Callable[[str, str, str, list[str]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+                 measure: Callable[[str, str, str, list[str]], dict[str, Any]] | None = None,
+                 medians: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """Run every job ``repeat`` times (or ``repeat[name]``), interleaved (a, b, c, a, b, c, ...).
 
     Each run is its own process (``measure(name, script, child, args)``, default
     :func:`run_child`).  Wall times on shared machines move by 20-40 % between runs;
     interleaving spreads that noise over all tools alike, and the median of the runs is
-    reported (``seconds``), with every run in ``runs`` and the largest peak RSS.  A job
-    that fails or hangs once is reported as that failure.
+    reported (``seconds``, and each key in ``medians``), with every run in ``runs`` and
+    the largest peak RSS.  A job that fails or hangs once is reported as that failure.
     """
     def times(name: str) -> int:
         return max(1, repeat.get(name, 1) if isinstance(repeat, dict) else repeat)
@@ -71,13 +72,30 @@ def run_repeated(jobs: dict[str, tuple[str, str, list[str]]], repeat: int | dict
         if bad:
             out[name] = bad[0]
             continue
-        secs = sorted(r["seconds"] for r in rs)
         merged = dict(rs[-1])
-        merged["seconds"] = secs[len(secs) // 2] if len(secs) % 2 else (secs[len(secs) // 2 - 1] + secs[len(secs) // 2]) / 2
+        for key in ("seconds", *medians):
+            if all(key in r for r in rs):
+                merged[key] = median([r[key] for r in rs])
         merged["runs"] = [round(r["seconds"], 3) for r in rs]
         merged["peak_rss_mb"] = max(r.get("peak_rss_mb") or 0 for r in rs)
         out[name] = merged
     return out
+
+
+def median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def digest(a: Any) -> str:
+    """dtype, shape and sha1 of an array: enough to tell two readers returned the same values."""
+    import hashlib
+
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    return f"{a.dtype.str}{a.shape}:{hashlib.sha1(a.tobytes()).hexdigest()}"
+
 
 def child_main(children: dict[str, Callable[..., dict[str, Any]]], argv: list[str]) -> bool:
     """If ``argv`` is ``--child NAME ...``, run that measurement, print its result, return True."""

@@ -3,7 +3,8 @@
 ``many_chunks``: one 2-D float32 dataset cut into tiny gzip chunks (P1: index size and
 scan speed are dominated by the number of chunks).  ``nwb``: a pynwb-written session
 of about 120 MB (P2/P3: the metadata layout pynwb/h5py produce, spread over a file
-whose bulk is data).
+whose bulk is data).  ``nwb_many_objects``: a ~33 MB session with hundreds of objects
+(P4: opening cost grows with the number of objects, as in large DANDI files).
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ def _atomic(path: Path, build) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
+    if tmp.exists():
+        tmp.unlink()
+    build(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def _atomic_nwb(path: Path, build) -> Path:
+    """:func:`_atomic` for pynwb, which wants a .nwb name: build under a temporary .nwb name."""
+    if path.exists():
+        return path
+    tmp = path.with_name("tmp_" + path.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     if tmp.exists():
         tmp.unlink()
     build(tmp)
@@ -111,18 +125,55 @@ def nwb(samples: int = 300_000, channels: int = 32, frames: int = 850, folder: P
         with NWBHDF5IO(str(tmp), "w") as io:
             io.write(f)
 
-    name = f"session_{samples}x{channels}_{frames}f.nwb"
-    path = folder / name
-    if not path.exists():  # pynwb wants a .nwb name: build under a temporary .nwb name
-        tmp = folder / ("tmp_" + name)
-        folder.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            tmp.unlink()
-        build(tmp)
-        os.replace(tmp, path)
-    return path
+    return _atomic_nwb(folder / f"session_{samples}x{channels}_{frames}f.nwb", build)
 
+
+def nwb_many_objects(series: int = 300, series_samples: int = 20_000, units: int = 1000, trials: int = 500,
+                     es_samples: int = 60_000, channels: int = 64, folder: Path = OUT) -> Path:
+    """A session shaped like large DANDI files: many small objects rather than a few big ones.
+
+    ``series`` float32 TimeSeries (rate-based, ``series_samples`` each) spread over 3
+    processing modules, ``units`` units with ragged spike times (50-450 each), ``trials``
+    trials with a boolean column, ``channels`` electrodes and one raw ElectricalSeries
+    (``es_samples x channels`` int16, gzip chunks of (10000, channels), as in :func:`nwb`,
+    so "first data" means the same on both files).  Defaults give about 33 MB.
+    """
+    from hdmf.backends.hdf5 import H5DataIO
+    from pynwb import NWBHDF5IO, NWBFile, TimeSeries
+    from pynwb.ecephys import ElectricalSeries
+
+    def build(tmp: Path) -> None:
+        rng = np.random.default_rng(3)
+        f = NWBFile(session_description="refindex benchmark: many objects", identifier="bench-nwb-many",
+                    session_start_time=datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
+        dev = f.create_device("probe", description="silicon probe")
+        groups = [f.create_electrode_group(f"shank{i}", description=f"shank {i}", location="CA1", device=dev)
+                  for i in range(4)]
+        for i in range(channels):
+            f.add_electrode(x=float(i), y=2.0 * i, z=0.0, location="CA1", group=groups[i * 4 // channels],
+                            filtering="none")
+        region = f.create_electrode_table_region(list(range(channels)), "all electrodes")
+        raw = rng.integers(-2000, 2000, size=(es_samples, channels), dtype=np.int16)
+        f.add_acquisition(ElectricalSeries(
+            name="ElectricalSeries", electrodes=region, rate=30000.0,
+            data=H5DataIO(raw, compression="gzip", chunks=(min(10000, es_samples), channels))))
+        modules = [f.create_processing_module(m, f"{m} series") for m in ("behavior", "physiology", "analysis")]
+        for i in range(series):
+            data = rng.standard_normal(series_samples).astype("f4")
+            modules[i % 3].add(TimeSeries(name=f"series{i:03d}", data=data, unit="a.u.", rate=1000.0,
+                                          starting_time=float(i)))
+        duration = es_samples / 30000.0
+        for _ in range(units):
+            f.add_unit(spike_times=np.sort(rng.uniform(0, duration, int(rng.integers(50, 451)))))
+        f.add_trial_column("correct", "whether the trial was correct")
+        for i in range(trials):
+            f.add_trial(start_time=i * 0.004, stop_time=i * 0.004 + 0.003, correct=bool(rng.integers(0, 2)))
+        with NWBHDF5IO(str(tmp), "w") as io:
+            io.write(f)
+
+    name = f"many_{series}s{series_samples}_{units}u_{trials}t_{es_samples}x{channels}.nwb"
+    return _atomic_nwb(folder / name, build)
 
 if __name__ == "__main__":
-    for p in (many_chunks(), nwb()):
+    for p in (many_chunks(), nwb(), nwb_many_objects()):
         print(p, f"{p.stat().st_size / 1e6:.1f} MB")

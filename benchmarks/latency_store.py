@@ -1,8 +1,11 @@
 """A loopback object store with the round-trip cost of a real one.
 
 A small threaded HTTP server on 127.0.0.1 serving one directory with ``Range`` support.
-Every request sleeps ``latency`` plus ``bytes / bandwidth`` (per connection), and the
-server counts requests and bytes, so benchmarks can report what a reader fetched.
+Every request waits ``latency`` before its headers and sends its body at ``bandwidth``
+(per connection); the server counts requests and bytes, so benchmarks can report what a
+reader fetched.
+``GET /_store/counts`` returns those counts as JSON (neither counted nor delayed), so a
+reader in another process can tell what each of its own steps fetched.
 fsspec's ``http`` filesystem reads it like any web server or presigned S3 URL.
 
 Run alone to serve a folder:  python benchmarks/latency_store.py benchmarks/out
@@ -11,19 +14,26 @@ Run alone to serve a folder:  python benchmarks/latency_store.py benchmarks/out
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+COUNTS_PATH = "/_store/counts"
+PIECE = 256 << 10  # bytes written (and paced) at a time
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as object stores do
     timeout = 30  # a stuck client cannot hold a thread forever
+    # Headers and body go out in two writes; with Nagle's algorithm the body waits for the
+    # client's delayed ACK of the headers (40 ms on Linux), so every request cost ~70 ms, not 30.
+    disable_nagle_algorithm = True
     server: "_Server"
 
     def log_message(self, *args: Any) -> None:  # quiet
@@ -43,7 +53,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         self.server.count(0, head=True)
-        self._delay(0)
+        self._wait()
         full = self._resolve()
         if full is None:
             return self._fail(404)
@@ -54,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self) -> None:
+        if self.path == COUNTS_PATH:
+            return self._send_counts()
         full = self._resolve()
         if full is None:
             self.server.count(0)
@@ -75,24 +87,43 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.count(0)
                 return self._fail(416)
             status = 206
-        n = end - start
-        self.server.count(n)
-        self._delay(n)
-        with open(full, "rb") as fh:
-            fh.seek(start)
-            data = fh.read(n)
+        self.server.count(0)
+        self._wait()
         self.send_response(status)
-        self.send_header("Content-Length", str(n))
+        self.send_header("Content-Length", str(end - start))
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
-        self.wfile.write(data)
+        self._send_body(full, start, end - start)
 
-    def _delay(self, nbytes: int) -> None:
-        t = self.server.latency + (nbytes / self.server.bandwidth if self.server.bandwidth else 0.0)
-        if t > 0:
-            time.sleep(t)
+    def _send_body(self, full: str, start: int, n: int) -> None:
+        """The bytes at ``bandwidth``, a piece at a time, each counted as it goes out.
+
+        A client that hangs up early (remfile's first GET only wants Content-Length) waits
+        for, and is counted for, what it took, not the whole file, as from a real store."""
+        with open(full, "rb") as fh:
+            fh.seek(start)
+            while n > 0:
+                piece = fh.read(min(n, PIECE))
+                self.server.count(len(piece), request=False)
+                if self.server.bandwidth:
+                    time.sleep(len(piece) / self.server.bandwidth)
+                self.wfile.write(piece)
+                n -= len(piece)
+
+    def _send_counts(self) -> None:
+        body = json.dumps(self.server.counts()).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _wait(self) -> None:
+        """The round trip before the first byte."""
+        if self.server.latency > 0:
+            time.sleep(self.server.latency)
 
 
 class _Server(ThreadingHTTPServer):
@@ -109,11 +140,20 @@ class _Server(ThreadingHTTPServer):
         self.bytes_sent = 0
         self._lock = threading.Lock()
 
-    def count(self, nbytes: int, head: bool = False) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-response (a reader that gave up) is no error of the store."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+    def count(self, nbytes: int, head: bool = False, request: bool = True) -> None:
         with self._lock:
-            self.requests += 1
+            self.requests += int(request)
             self.head_requests += int(head)
             self.bytes_sent += nbytes
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"requests": self.requests, "head_requests": self.head_requests, "bytes": self.bytes_sent}
 
 
 class LatencyStore:
@@ -140,9 +180,12 @@ class LatencyStore:
             self._server.requests = self._server.head_requests = self._server.bytes_sent = 0
 
     def counts(self) -> dict[str, int]:
-        with self._server._lock:
-            return {"requests": self._server.requests, "head_requests": self._server.head_requests,
-                    "bytes": self._server.bytes_sent}
+        return self._server.counts()
+
+    @property
+    def counts_url(self) -> str:
+        """Where :func:`fetch_counts` reads :meth:`counts` from another process."""
+        return self.base + COUNTS_PATH
 
     def __enter__(self) -> "LatencyStore":
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -162,6 +205,14 @@ def http_storage_options() -> dict[str, Any]:
 
     return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=120, sock_connect=10)},
             "headers": {"Accept-Encoding": "identity"}}
+
+
+def fetch_counts(counts_url: str) -> dict[str, int]:
+    """The store's counts as :meth:`LatencyStore.counts` returns them, over HTTP (its own connection)."""
+    from urllib.request import urlopen
+
+    with urlopen(counts_url, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def main() -> None:

@@ -10,25 +10,17 @@ from the local copy with ``url=`` pointing at the store (not timed: that is P2).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import run_child, run_repeated, session_main, table, timed, verdict  # noqa: E402
+from common import digest, run_child, run_repeated, session_main, table, timed, verdict  # noqa: E402
 from latency_store import LatencyStore, http_storage_options  # noqa: E402
 
 MiB = 1 << 20
 DATASET = "acquisition/ElectricalSeries/data"
-
-
-def digest(a) -> str:
-    import numpy as np
-
-    a = np.ascontiguousarray(a)
-    return f"{a.dtype.str}{a.shape}:{hashlib.sha1(a.tobytes()).hexdigest()}"
 
 
 # ------------------------------------------------------------------ measurements (child side)

@@ -1,4 +1,4 @@
-"""Run P1-P3 at the sizes of issue #4 and write benchmarks/RESULTS.md (``make bench``).
+"""Run P1-P4 at the sizes of issue #4 and write benchmarks/RESULTS.md (``make bench``).
 
 ``--small`` runs each at its small default instead (a quick smoke run).
 """
@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import p1_local  # noqa: E402
 import p2_remote_index  # noqa: E402
 import p3_remote_read  # noqa: E402
+import p4_notebook_open  # noqa: E402
 from common import machine, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,6 +35,7 @@ def main() -> None:
         p1_local.main([] if a.small else ["--rows", "2000", "--huge-rows", "10000"]),
         p2_remote_index.main(full_nwb),
         p3_remote_read.main(full_nwb),
+        p4_notebook_open.main([] if a.small else ["--full"]),
     ]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = [
