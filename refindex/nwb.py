@@ -92,13 +92,24 @@ class ZarrTree:
     # ------------------------------------------------------------------ arrays served from memory
     def _speed_up(self, path: str, arr: Any) -> None:
         if arr.ndim == 0:
-            values = self.scalars().get(path, _MISSING)
-            if values is not _MISSING:
-                _serve_from(arr, lambda: values)
+            value = self.scalars().get(path, _MISSING)
+            if value is not _MISSING:
+                _serve_from(arr, lambda: value)
+            return
+        raw = self._single_inline_chunk(path, arr.metadata)
+        if raw is not None:  # decoded here on first read, no trip through zarr
+            _serve_from(arr, partial(_whole_inline_array, arr.metadata, raw))
             return
         limit = TABLE_COLUMN_BYTES if arr.attrs.get("neurodata_type") in TABLE_COLUMN_TYPES else SMALL_ARRAY_BYTES
         if _decoded_bytes(arr) <= limit:
             _serve_from(arr, _whole_array_loader(arr), first_touch=limit == SMALL_ARRAY_BYTES)
+
+    def _single_inline_chunk(self, path: str, meta: Any) -> bytes | None:
+        """The inline bytes of a v2 array held in one chunk, or None."""
+        if getattr(meta, "zarr_format", None) != 2 or any(-(-s // c) != 1 for s, c in zip(meta.shape, meta.chunks)):
+            return None
+        key = meta.dimension_separator.join("0" * len(meta.shape)) if meta.shape else "0"
+        return self.store.inline(f"{path}/{key}")
 
     def scalars(self) -> dict[str, Any]:
         """Values of every 0-d array whose one chunk is inline (hdmf reads them all while building).
@@ -115,26 +126,32 @@ class ZarrTree:
                 raw = self.store.inline(f"{path}/0")
                 if raw is not None:
                     try:
-                        self._scalars[path] = decode_scalar(meta, raw)
+                        self._scalars[path] = decode_chunk(meta, raw)[()]
                     except Exception:
                         pass
         return self._scalars
 
 
-def decode_scalar(meta: Any, raw: bytes) -> Any:
-    """The value zarr returns for ``a[()]`` of a 0-d v2 array (``meta``) whose chunk is ``raw``."""
+def decode_chunk(meta: Any, raw: bytes) -> np.ndarray:
+    """One chunk of a v2 array (``meta``) decoded as zarr decodes it: chunk shape, zarr's dtype."""
     buf: Any = raw
     if meta.compressor is not None:
         buf = meta.compressor.decode(buf)
     for codec in reversed(meta.filters or ()):
         buf = codec.decode(buf)
-    if isinstance(buf, np.ndarray) and buf.dtype == object:  # vlen-utf8 / vlen-bytes: one object
-        return buf.reshape(-1)[0]
-    values = np.frombuffer(memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf,
-                           dtype=meta.dtype.to_native_dtype())
-    if values.size != 1:
-        raise ValueError("a 0-d chunk holds one element")
-    return values.reshape(())[()]
+    dtype = meta.dtype.to_native_dtype()
+    if isinstance(buf, np.ndarray) and buf.dtype == object:  # vlen-utf8 / vlen-bytes
+        values = buf if dtype.kind == "O" else buf.astype(dtype)
+    else:
+        values = np.frombuffer(memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf, dtype=dtype)
+    if values.size != int(np.prod(meta.chunks, dtype=np.int64)):
+        raise ValueError("the chunk holds another number of elements than its shape")
+    return values.reshape(meta.chunks)
+
+
+def _whole_inline_array(meta: Any, raw: bytes) -> np.ndarray:
+    """``a[...]`` of an array held in one inline chunk (the chunk may be larger than the array)."""
+    return decode_chunk(meta, raw)[tuple(slice(0, n) for n in meta.shape)]
 
 
 _MISSING = object()
@@ -205,13 +222,14 @@ def _one_fancy_axis(sel: tuple) -> bool:
 
 
 def _index(values: Any, selection: Any) -> Any:
-    """``values[selection]`` shaped as zarr returns it: a 0-d array where numpy would give a scalar."""
+    """``values[selection]`` as zarr returns it: a new array (never a view of the values kept here),
+    0-d where numpy would give a scalar."""
     if not isinstance(values, np.ndarray):  # a 0-d array read whole: zarr returns the scalar itself
         return values
     sel = selection if isinstance(selection, tuple) else (selection,)
     if not any(s is Ellipsis for s in sel):
         sel = sel + (Ellipsis,)
-    return values[sel]
+    return values[sel].copy()
 
 
 # ---------------------------------------------------------------------- external links
