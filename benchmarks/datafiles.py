@@ -59,7 +59,7 @@ def many_chunks(rows: int = 2000, cols: int = 1000, chunk: int = 2, folder: Path
 
 def huge_chunks(rows: int = 10_000, cols: int = 1_000, folder: Path = OUT) -> Path:
     """``rows x cols`` uint8 in 1x1 chunks (defaults: 10^7 chunks), built in seconds."""
-    from refindex.demo import write_one_byte_chunks
+    from refindex.testing import write_one_byte_chunks
 
     return _atomic(folder / f"huge_chunks_{rows}x{cols}.h5", lambda tmp: write_one_byte_chunks(tmp, rows, cols))
 

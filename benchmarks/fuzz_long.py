@@ -15,7 +15,7 @@ from pathlib import Path
 import sys
 import tempfile
 
-from refindex import fuzz
+from refindex.testing import fuzz
 
 
 def main() -> int:

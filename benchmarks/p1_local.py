@@ -9,7 +9,6 @@ gives the 500,000-chunk file of the issue (what ``make bench`` runs).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
@@ -39,14 +38,12 @@ def child_floor(src: str) -> dict[str, Any]:
 
 
 def child_refindex(src: str, out: str, fmt: str = "json", inline: str = "0") -> dict[str, Any]:
-    import refindex.api as api
+    import refindex
 
-    kw: dict[str, Any] = {} if fmt == "json" else {"format": fmt}
-    if fmt == "json" and "return_refs" in inspect.signature(api.scan_to_file).parameters:
-        kw["return_refs"] = False  # streamed from the chunk tables; no refs dict of every chunk
+    kw: dict[str, Any] = {"format": fmt}  # JSON is streamed from the chunk tables; no refs dict of every chunk
     if inline != "default":
         kw["inline_threshold"] = int(inline)
-    _, sec = timed(lambda: api.scan_to_file(src, out, **kw))
+    _, sec = timed(lambda: refindex.scan_to_file(src, out, **kw))
     return {"seconds": sec, "bytes": path_size(out)}
 
 
@@ -77,13 +74,6 @@ CHILDREN = {"floor": child_floor, "refindex": child_refindex, "kerchunk": child_
 
 
 # ------------------------------------------------------------------ driver (parent side)
-def parquet_available() -> bool:
-    import refindex.api as api
-
-    return "format" in inspect.signature(api.scan_to_file).parameters or os.path.exists(
-        os.path.join(os.path.dirname(api.__file__), "parquet.py"))
-
-
 def run(rows: int, cols: int, chunk: int, timeout: float, repeat: int = 5) -> str:
     from datafiles import many_chunks
 
@@ -96,8 +86,7 @@ def run(rows: int, cols: int, chunk: int, timeout: float, repeat: int = 5) -> st
         "refindex json": (me, "refindex", [src, base + ".refindex.json"]),
         "refindex json, default inlining": (me, "refindex", [src, base + ".refindex-inline.json", "json", "default"]),
     }
-    if parquet_available():
-        jobs["refindex parquet"] = (me, "refindex", [src, base + ".refindex.parquet", "parquet"])
+    jobs["refindex parquet"] = (me, "refindex", [src, base + ".refindex.parquet", "parquet"])
     jobs["kerchunk"] = (me, "kerchunk", [src, base + ".kerchunk.json"])
     res: dict[str, dict[str, Any]] = {"baseline": run_child(me, "baseline", [], timeout)}
     res.update(run_repeated(jobs, repeat, timeout))

@@ -1,4 +1,9 @@
-"""Command line: ``refindex scan|batch|verify|info|schema|demo``."""
+"""Command line: ``refindex scan|batch|verify|info|schema|demo``.
+
+One small parser builder and one small runner per subcommand; every runner turns the
+arguments into the same typed options the Python API uses.  Heavy modules load inside
+the runners, so ``refindex --help`` costs the interpreter start and argparse.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any, Sequence
 from .errors import RefindexError
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+CONVENTIONS = ["auto", "hdmf", "plain"]
 
 
 def _json_arg(text: str | None) -> dict[str, Any] | None:
@@ -34,171 +40,19 @@ def _size(text: str) -> int:
     return int(t)
 
 
-def _default_output(source: str) -> str:
+def _default_output(source: str, fmt: str) -> str:
     name = source.rstrip("/").rsplit("/", 1)[-1]
-    return name + ".refs.json"
+    return name + (".refs.parq" if fmt == "parquet" else ".refs.json")
 
 
-def cmd_scan(args: argparse.Namespace) -> int:
-    from .api import scan
-    from .writers import write_json
-
-    stats: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    sink = _parquet_sink(args) or _json_sink(args)
-    refs = scan(
-        args.source,
-        url=args.url,
-        storage_options=args.storage_options,
-        convention=args.convention,
-        inline_threshold=args.inline_threshold,
-        inline_dataset_threshold=args.inline_dataset_threshold,
-        inline_max=args.inline_max,
-        contiguous_chunk_bytes=args.contiguous_chunk_bytes if args.contiguous_chunk_bytes is not None else "default",
-        on_unsupported=args.on_unsupported,
-        stats=stats,
-        follow_external=getattr(args, "follow_external", False),
-        allowed_root=args.allowed_root,
-        allow_outside=args.allow_outside,
-        max_inline_total=args.max_inline_total if args.max_inline_total is not None else "default",
-        isolate=args.isolate,
-        timeout=args.timeout,
-        sink=sink,
-        progress=not args.no_progress and not args.isolate and sys.stderr.isatty(),
-    )
-    if args.format == "parquet":
-        return _report_parquet(args, refs, stats, time.perf_counter() - t0)
-    out = args.output or _default_output(args.source)
-    if sink is not None:  # streamed JSON: ``refs`` is the writer's summary
-        nkeys, skipped = refs["keys"], refs["skipped"]
-    else:
-        if getattr(args, "follow_external", False):
-            from .api import _write_external
-
-            _write_external(refs, out)
-        write_json(refs, out)
-        nkeys, skipped = len(refs["refs"]), refs.get("refindex", {}).get("skipped", [])
-    elapsed = time.perf_counter() - t0
-    print(f"wrote {out}: {nkeys} keys in {elapsed:.2f} s", file=sys.stderr)
-    for s in skipped:
-        print(f"skipped {s['path']}{' @' + s['attribute'] if 'attribute' in s else ''}: {s['reason']}", file=sys.stderr)
-    if args.stats:
-        stats["total_seconds"] = round(elapsed, 4)
-        print(json.dumps(stats, indent=2))
-    return EXIT_OK
-
-
-def _parquet_sink(args: argparse.Namespace):
-    """For ``--format parquet``: write the scanned Tree as parquet refs (streamed, no refs dict)."""
-    if args.format != "parquet":
-        return None
-    from .parquet import make_sink
-
-    if args.follow_external or args.isolate:
-        raise RefindexError("--follow-external and --isolate are not supported with --format parquet")
-    out = args.output or args.source.rstrip("/").rsplit("/", 1)[-1] + ".refs.parq"
-    args.output = out
-    return make_sink(out, args.storage_options, record_size=args.record_size)
-
-
-def _json_sink(args: argparse.Namespace):
-    """For JSON output: stream the index from the scanned Tree (no refs dict of every chunk).
-
-    Not with --follow-external (linked files are found from the refs dict) or --isolate
-    (the worker returns the dict); those write the dict as before.
-    """
-    if args.format != "json" or getattr(args, "follow_external", False) or args.isolate:
-        return None
-    from .writers import make_json_sink
-
-    args.output = args.output or _default_output(args.source)
-    return make_json_sink(args.output, args.storage_options)
-
-
-def _report_parquet(args: argparse.Namespace, summary: dict[str, Any], stats: dict[str, Any], elapsed: float) -> int:
-    print(f"wrote {args.output}: {summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline, "
-          f"{summary['records']} record files, {summary['bytes']} bytes in {elapsed:.2f} s", file=sys.stderr)
-    if args.stats:
-        stats["total_seconds"] = round(elapsed, 4)
-        print(json.dumps(stats, indent=2))
-    return EXIT_OK
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify
-
-    report = verify(args.source, args.refs, storage_options=args.storage_options,
-                    check_source=not args.no_check_source)
-    for r in report.results:
-        if r.status != "exact" or args.verbose:
-            print(f"{r.status:16s} {r.path} {r.detail}")
-    print(report.summary())
-    return EXIT_OK if report.ok else EXIT_DIFFERENT
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    from .api import info
-
-    print(json.dumps(info(args.refs), indent=2))
-    return EXIT_OK
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    from . import schema
-
-    kw: dict[str, Any] = {"storage_options": args.storage_options, "convention": args.convention}
-    if args.check:
-        report = schema.check(args.check, args.source, **kw)
-        for path, message in report.differences:
-            print(f"{path}: {message}")
-        print(report.summary(), file=sys.stderr)
-        return EXIT_OK if report.ok else EXIT_DIFFERENT
-    model = schema.object_model(args.source, members_only=args.members_only, depth=args.depth, **kw)
-    print(schema.dumps(model))
-    return EXIT_OK
-
-
-def cmd_batch(args: argparse.Namespace) -> int:
-    from .batch import run_batch
-
-    scan_kwargs: dict[str, Any] = {"convention": args.convention, "on_unsupported": args.on_unsupported}
-    if args.record_size:
-        scan_kwargs["record_size"] = args.record_size
-    report = run_batch(args.inputs, output=args.output, workers=args.workers,
-                       dask=args.dask_scheduler or ("local" if args.dask else None), force=args.force,
-                       format=args.format, storage_options=args.storage_options, progress=not args.no_progress,
-                       manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
-                       concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
-                       check=args.check, **scan_kwargs)
-    for r in report.failed:
-        print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
-    for r in report.check_failed:
-        for d in (r.check or {}).get("differences", []):
-            print(f"check {r.source}: {d['path']}: {d['message']}", file=sys.stderr)
-    print(report.summary(), file=sys.stderr)
-    if report.combined:
-        print(f"combined index: {report.combined}", file=sys.stderr)
-    return EXIT_OK if report.ok else EXIT_DIFFERENT
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    run_demo(args.dir)
-    return EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="refindex", description="Index HDF5/NWB files for direct reading with zarr.")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
-    sub = p.add_subparsers(dest="command", required=True)
-
+# ---------------------------------------------------------------------- scan
+def add_scan(sub: Any) -> None:
     s = sub.add_parser("scan", help="index one HDF5 file (local path or fsspec URL)")
     s.add_argument("source")
     s.add_argument("-o", "--output", help="index file to write (default: <name>.refs.json here)")
     s.add_argument("--url", help="URL the references point at (default: the source)")
     s.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON, e.g. '{\"anon\": true}'")
-    s.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto")
+    s.add_argument("--convention", choices=CONVENTIONS, default="auto")
     s.add_argument("--inline-threshold", type=_size, help="inline chunks smaller than this (default 256)")
     s.add_argument("--inline-dataset-threshold", type=_size,
                    help="inline whole datasets stored in fewer bytes than this (default 16K)")
@@ -224,6 +78,46 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, help="seconds before an --isolate scan is killed (default 600)")
     s.set_defaults(func=cmd_scan)
 
+
+def scan_options(args: argparse.Namespace) -> Any:
+    """The ScanOptions of ``refindex scan``'s arguments."""
+    from .options import ScanOptions
+
+    return ScanOptions.from_keywords(
+        url=args.url, storage_options=args.storage_options, convention=args.convention,
+        inline_threshold=args.inline_threshold, inline_dataset_threshold=args.inline_dataset_threshold,
+        inline_max=args.inline_max,
+        contiguous_chunk_bytes="default" if args.contiguous_chunk_bytes is None else args.contiguous_chunk_bytes,
+        on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
+        allow_outside=args.allow_outside,
+        max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
+        isolate=args.isolate, timeout=args.timeout)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from .pipeline import write_index
+
+    stats: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    out = args.output or _default_output(args.source, args.format)
+    summary = write_index(args.source, out, scan_options(args), format=args.format, record_size=args.record_size,
+                          stats=stats, progress=not args.no_progress and not args.isolate and sys.stderr.isatty())
+    elapsed = time.perf_counter() - t0
+    if args.format == "parquet":
+        print(f"wrote {out}: {summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline, "
+              f"{summary['records']} record files, {summary['bytes']} bytes in {elapsed:.2f} s", file=sys.stderr)
+    else:
+        print(f"wrote {out}: {summary['keys']} keys in {elapsed:.2f} s", file=sys.stderr)
+    for s in summary.get("skipped", []):
+        print(f"skipped {s['path']}{' @' + s['attribute'] if 'attribute' in s else ''}: {s['reason']}", file=sys.stderr)
+    if args.stats:
+        stats["total_seconds"] = round(elapsed, 4)
+        print(json.dumps(stats, indent=2))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- verify, info, schema
+def add_verify(sub: Any) -> None:
     v = sub.add_parser("verify", help="compare every dataset read through an index with h5py")
     v.add_argument("source")
     v.add_argument("refs")
@@ -233,21 +127,62 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare even if the source changed since it was indexed")
     v.set_defaults(func=cmd_verify)
 
-    i = sub.add_parser("info", help="summarise an index")
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .read import verify
+
+    report = verify(args.source, args.refs, storage_options=args.storage_options,
+                    check_source=not args.no_check_source)
+    for r in report.results:
+        if r.status != "exact" or args.verbose:
+            print(f"{r.status:16s} {r.path} {r.detail}")
+    print(report.summary())
+    return EXIT_OK if report.ok else EXIT_DIFFERENT
+
+
+def add_info(sub: Any) -> None:
+    i = sub.add_parser("info", help="summarise an index (or an HDF5 file's index, made on the fly)")
     i.add_argument("refs")
+    i.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
     i.set_defaults(func=cmd_info)
 
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .read import info
+
+    print(json.dumps(info(args.refs, storage_options=args.storage_options), indent=2))
+    return EXIT_OK
+
+
+def add_schema(sub: Any) -> None:
     z = sub.add_parser("schema", help="print the hierarchy as a Zarr Object Model (ZEP 6), or --check it")
-    z.add_argument("source", metavar="REFS_OR_FILE", help="index (JSON/parquet) or HDF5 file (scanned in memory)")
+    z.add_argument("source", metavar="REFS_OR_FILE", help="index (JSON/parquet) or HDF5 file (indexed first)")
     z.add_argument("--members-only", action="store_true", help="leave out attributes")
     z.add_argument("--depth", type=int, help="list members this many levels deep (0: the root alone)")
     z.add_argument("--check", metavar="TEMPLATE.json",
-                   help="compare with a ZOM template instead; exit 1 on any difference (rules: refindex.schema)")
+                   help="compare with a ZOM template instead; exit 1 on any difference (rules: refindex.read)")
     z.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
-    z.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto",
-                   help="when scanning an HDF5 file")
+    z.add_argument("--convention", choices=CONVENTIONS, default="auto", help="when scanning an HDF5 file")
     z.set_defaults(func=cmd_schema)
 
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .read import check, object_model, zom_json
+
+    if args.check:
+        report = check(args.check, args.source, storage_options=args.storage_options, convention=args.convention)
+        for path, message in report.differences:
+            print(f"{path}: {message}")
+        print(report.summary(), file=sys.stderr)
+        return EXIT_OK if report.ok else EXIT_DIFFERENT
+    model = object_model(args.source, members_only=args.members_only, depth=args.depth,
+                         storage_options=args.storage_options, convention=args.convention)
+    print(zom_json(model))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- batch, demo
+def add_batch(sub: Any) -> None:
     b = sub.add_parser("batch", help="index many files (list, glob or @list.txt); resumable, parallel",
                        description="Exit code 0: all inputs indexed or up to date (and following --check); "
                        "1: some failed (see manifest).")
@@ -265,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON (inputs and outputs)")
     b.add_argument("--timeout", type=float, help="seconds per file before its worker is killed (default 600)")
     b.add_argument("--isolate", action="store_true", help="with Dask or --workers 0: scan each file in a subprocess")
-    b.add_argument("--convention", choices=["auto", "hdmf", "plain"], default="auto")
+    b.add_argument("--convention", choices=CONVENTIONS, default="auto")
     b.add_argument("--on-unsupported", choices=["error", "skip"], default="error")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--combine", metavar="OUT.json", help="also merge all indexes into one (kerchunk MultiZarrToZarr; "
@@ -276,9 +211,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="check every index against a Zarr Object Model template (see `refindex schema`)")
     b.set_defaults(func=cmd_batch)
 
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from .batch import run_batch
+
+    report = run_batch(args.inputs, output=args.output, workers=args.workers,
+                       dask=args.dask_scheduler or ("local" if args.dask else None), force=args.force,
+                       format=args.format, storage_options=args.storage_options, progress=not args.no_progress,
+                       manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
+                       concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
+                       check=args.check, record_size=args.record_size, convention=args.convention,
+                       on_unsupported=args.on_unsupported)
+    for r in report.failed:
+        print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
+    for r in report.check_failed:
+        for d in (r.check or {}).get("differences", []):
+            print(f"check {r.source}: {d['path']}: {d['message']}", file=sys.stderr)
+    print(report.summary(), file=sys.stderr)
+    if report.combined:
+        print(f"combined index: {report.combined}", file=sys.stderr)
+    return EXIT_OK if report.ok else EXIT_DIFFERENT
+
+
+def add_demo(sub: Any) -> None:
     d = sub.add_parser("demo", help="build an example NWB file, index it and read it back")
     d.add_argument("--dir", help="folder for the example files (default: a temporary folder)")
     d.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(args.dir)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="refindex", description="Index HDF5/NWB files for direct reading with zarr.")
+    p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (add_scan, add_verify, add_info, add_schema, add_batch, add_demo):
+        add(sub)
     return p
 
 

@@ -44,3 +44,11 @@ class VerifyError(RefindexError):
 
 class StaleIndexError(RefindexError):
     """The source changed (size, etag or mtime) since the index was made: its offsets may be wrong."""
+
+
+class WorkerCrashed(RefindexError):
+    """A worker process died while running a job (a crash inside libhdf5 or a codec)."""
+
+
+class WorkerTimeout(RefindexError):
+    """A job ran longer than its time limit; its worker was killed."""

@@ -8,45 +8,39 @@ limit it is killed and the job becomes :class:`WorkerTimeout` ("timed out after 
 The next job starts a fresh worker.  Keeping one worker for many jobs avoids paying
 process start-up (imports of h5py, numpy, zarr) per file.
 
-Workers are fresh interpreters (``python -m refindex.isolate``) talking over a pair
-of pipes: never a fork of a caller that runs threads (event loops, dask), and unlike
-multiprocessing's spawn/forkserver they never re-import the caller's ``__main__``.
-
-API for batch callers: ``scan_isolated(source, timeout=..., **scan_kwargs) -> refs``,
-or a long-lived ``Worker`` passed as ``worker=`` to reuse one process.
+Workers are fresh interpreters talking over a pair of pipes: never a fork of a caller
+that runs threads (event loops, dask), and unlike multiprocessing's spawn/forkserver they
+never re-import the caller's ``__main__``.  A job is a module-level function of
+refindex itself, sent by reference (pickle names its module and name; the worker imports
+it): ``Worker().run(function, {"arg": value})``.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, Callable
 
 from . import errors
-from .errors import RefindexError
+from .errors import RefindexError, WorkerCrashed, WorkerTimeout
 
 DEFAULT_TIMEOUT = 600.0
+# Imported by a new worker before its first job, so jobs do not pay for them.
+PRELOAD = ("numpy", "h5py", "fsspec", "numcodecs")
+
+Job = Callable[..., Any]
 
 
-class WorkerCrashed(RefindexError):
-    """The worker process died while running a job (a crash inside libhdf5 or a codec)."""
-
-
-class WorkerTimeout(RefindexError):
-    """A job ran longer than its time limit; the worker was killed."""
-
-
-def _resolve(job: str):
-    """``"refindex.module:function"`` -> the function; only refindex's own functions may run."""
-    module, _, name = job.partition(":")
-    if not (module == "refindex" or module.startswith("refindex.")) or not name:
+def _check_job(job: Job) -> Job:
+    """Only refindex's own module-level functions run in a worker."""
+    module = getattr(job, "__module__", "") or ""
+    if not callable(job) or not (module == "refindex" or module.startswith("refindex.")) or "<" in job.__qualname__:
         raise ValueError(f"not a refindex job: {job!r}")
-    return getattr(importlib.import_module(module), name)
+    return job
 
 
 def _serve(conn, memory_limit: int | None) -> None:
@@ -62,7 +56,7 @@ def _serve(conn, memory_limit: int | None) -> None:
         except (EOFError, OSError):
             return
         try:
-            result = ("ok", _resolve(job)(**kwargs))
+            result = ("ok", _check_job(job)(**kwargs))
         except RefindexError as e:
             result = ("error", type(e).__name__, e.reason, e.file, e.path, traceback.format_exc(), False)
         except MemoryError:
@@ -83,7 +77,7 @@ def _rebuild(name: str, reason: str, file: str | None, path: str | None, trace: 
              internal: bool = False) -> RefindexError:
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, RefindexError)):
-        cls = globals().get(name) if name in ("WorkerCrashed", "WorkerTimeout") else RefindexError
+        cls = RefindexError
     err = cls(reason, file=file, path=path)
     err.worker_traceback = trace  # shown by ``refindex --debug``
     err.internal = internal
@@ -118,7 +112,7 @@ class Worker:
 
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        cmd = [sys.executable, "-c", "import sys; from refindex.isolate import _worker_main; _worker_main(sys.argv[1:])",
+        cmd = [sys.executable, "-c", "import sys; from refindex.isolate import worker_main; worker_main(sys.argv[1:])",
                str(to_child_r), str(from_child_w), str(self.memory_limit or 0)]
         try:
             proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
@@ -160,14 +154,15 @@ class Worker:
                 proc.kill()
                 proc.wait(5)
 
-    def run(self, job: str, kwargs: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
+    def run(self, job: Job, kwargs: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
             label: str | None = None) -> Any:
-        """Run ``job`` (``"refindex.module:function"``) with ``kwargs`` in the worker.
+        """Run ``job(**kwargs)`` (a module-level refindex function) in the worker.
 
         Returns its result, re-raises its RefindexError, or raises WorkerCrashed /
         WorkerTimeout (the worker is then replaced on the next call).
         """
         label = label or (str(kwargs.get("source")) if kwargs.get("source") is not None else None)
+        _check_job(job)
         with self._lock:
             if not self._alive():
                 self._kill()
@@ -193,52 +188,6 @@ class Worker:
         raise _rebuild(*msg[1:])
 
 
-def selftest(kind: str, seconds: float = 3600.0) -> str:
-    """A job that misbehaves on purpose ("crash", "hang", "ok"): checks the isolation itself."""
-    import os
-    import time
-
-    if kind == "crash":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif kind == "hang":
-        time.sleep(seconds)
-    return kind
-
-
-def _scan_job(source: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Runs in the worker: the plain scan, plus its stats."""
-    from .api import scan
-
-    stats: dict[str, Any] = {}
-    refs = scan(source, stats=stats, **kwargs)
-    return refs, stats
-
-
-def scan_isolated(source: Any, *, timeout: float | None = None, worker: Worker | None = None,
-                  memory_limit: int | None = None, stats: dict[str, Any] | None = None,
-                  **kwargs: Any) -> dict[str, Any]:
-    """``refindex.scan(source, **kwargs)`` in a worker process; returns the refs dict.
-
-    ``timeout``: seconds before the worker is killed (default 600).  ``worker``: reuse a
-    :class:`Worker` across calls (else a fresh process is started and stopped).
-    ``memory_limit``: address-space limit of a fresh worker, in bytes.  Raises
-    RefindexError subclasses only: the scan's own, WorkerCrashed, WorkerTimeout.
-    """
-    kwargs.pop("isolate", None)
-    job_kwargs = {"source": str(source), **kwargs}
-    own = worker is None
-    w = worker or Worker(memory_limit=memory_limit)
-    try:
-        refs, job_stats = w.run("refindex.isolate:_scan_job", job_kwargs,
-                                timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
-    finally:
-        if own:
-            w.close()
-    if stats is not None:
-        stats.update(job_stats)
-    return refs
-
-
 class _Duplex:
     """Two one-way pipe connections used as one."""
 
@@ -259,10 +208,14 @@ class _Duplex:
         self.w.close()
 
 
-def _worker_main(argv: list[str]) -> None:
+def worker_main(argv: list[str]) -> None:
+    """The worker process: serve jobs over the two pipes named in ``argv`` until they close."""
     from multiprocessing.connection import Connection
 
+    import importlib
+
     r, w, limit = int(argv[0]), int(argv[1]), int(argv[2])
-    import refindex.api  # noqa: F401  (pay imports once, before the first job)
+    for name in PRELOAD:  # pay the heavy imports once, before the first job
+        importlib.import_module(name)
 
     _serve(_Duplex(Connection(r, writable=False), Connection(w, readable=False)), limit or None)

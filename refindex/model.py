@@ -8,8 +8,9 @@ not millions of Python objects.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -144,3 +145,47 @@ def join(parent: str, name: str) -> str:
 def key_of(path: str) -> str:
     """Zarr key prefix of an HDF5 path: "/a/b" -> "a/b", "/" -> ""."""
     return path.strip("/")
+
+
+def chunk_key(coords) -> str:
+    """zarr v2 chunk key of grid position ``coords``: "i.j.k" ("0" for a scalar)."""
+    return ".".join(str(int(c)) for c in coords) if len(coords) else "0"
+
+
+def chunk_keys(coords: np.ndarray) -> list[str]:
+    """:func:`chunk_key` of every row of an (n, ndim) coordinate array, built column-wise."""
+    n, ndim = coords.shape
+    if ndim == 0:
+        return ["0"] * n
+    cols = [coords[:, i].tolist() for i in range(ndim)]
+    return list(map(".".join(["{}"] * ndim).format, *cols))
+
+
+class RefsDocument(TypedDict, total=False):
+    """A ReferenceFileSystem (version 1) as refindex writes it."""
+
+    version: int
+    templates: dict[str, str]  # short names of the files chunks live in: "u" is the scanned file
+    refs: dict[str, Any]  # key -> metadata JSON text, inline "base64:..." text, or [url, offset, size]
+    refindex: dict[str, Any]  # provenance: version, source, convention, options, skipped, omitted, external
+
+
+def external_sources(refs: RefsDocument) -> list[str]:
+    """The other files (``source`` values other than ".") that an index's links and attribute references name."""
+    found: set[str] = set()
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            src = v.get("source")
+            if isinstance(src, str) and src != "." and "path" in v:
+                found.add(src)
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    for key, value in (refs.get("refs") or {}).items():
+        if key.rsplit("/", 1)[-1] == ".zattrs" and isinstance(value, str):
+            walk(json.loads(value))
+    return sorted(found)

@@ -10,15 +10,11 @@ inline data is bounded for the whole index, not only per dataset.
 from __future__ import annotations
 
 import json
-import os
-import posixpath
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from . import urls
 from .errors import RefindexError, UnsupportedError
-
-MiB = 1 << 20
-DEFAULT_MAX_INLINE_TOTAL = 256 * MiB
 
 # Codec ids refindex writes.  All decode data only; none can execute code on read.
 ALLOWED_CODEC_IDS = frozenset({
@@ -52,6 +48,17 @@ def unsafe_codecs(refs: dict[str, Any]) -> list[tuple[str, Any]]:
             if cid not in ALLOWED_CODEC_IDS:
                 bad.append((key, cid))
     return bad
+
+
+def check_publishable(head: dict[str, Any], storage_options: dict[str, Any] | None, file: str | None = None) -> None:
+    """The gate every index passes before it is written, whatever its format: its metadata names
+    only allowed codecs, and nothing from the caller (templates, provenance) carries a secret.
+
+    ``head``: the index without chunk references (``templates``, ``refindex``, and ``refs``
+    holding at least every array's metadata document).
+    """
+    check_codecs(head, file=file)
+    check_no_secrets(head, storage_options, file=file)
 
 
 def check_codecs(refs: dict[str, Any], file: str | None = None) -> None:
@@ -148,18 +155,6 @@ def check_no_secrets(refs: dict[str, Any], storage_options: dict[str, Any] | Non
 
 
 # ------------------------------------------------------------------ paths
-def _split(url: str) -> tuple[str, str]:
-    if "://" in url:
-        proto, rest = url.split("://", 1)
-        return proto + "://", rest
-    return "", url
-
-
-def folder_of(url: str) -> str:
-    proto, rest = _split(url)
-    return proto + (posixpath.dirname(rest) if proto else os.path.dirname(os.path.abspath(rest)))
-
-
 def resolve_inside(name: str, base_url: str, *, allowed_root: str | None = None, allow_outside: bool = False,
                    what: str = "external file", file: str | None = None, path: str | None = None) -> str:
     """``name`` (as written in the file) resolved against the folder of ``base_url``.
@@ -168,37 +163,16 @@ def resolve_inside(name: str, base_url: str, *, allowed_root: str | None = None,
     (default: the folder of ``base_url``), unless ``allow_outside``.  Absolute paths,
     ``..`` escapes and URLs to other places are all caught by the same containment test.
     """
-    folder = folder_of(base_url)
-    proto, _ = _split(folder)
-    if "://" in name:
-        resolved = name
-    elif proto:
-        resolved = proto + posixpath.normpath(posixpath.join(folder[len(proto):], name))
-    else:
-        resolved = os.path.normpath(os.path.join(folder, name))
+    resolved = urls.beside(base_url, name)
     if allow_outside:
         return resolved
-    root = allowed_root if allowed_root is not None else folder
-    if not proto and "://" not in root:
-        root = os.path.abspath(root)
-    if not _within(resolved, root):
+    root = urls.normalise(allowed_root) if allowed_root is not None else urls.folder(base_url)
+    if not urls.within(resolved, root):
         raise UnsupportedError(
             f"{what} {name!r} resolves to {resolved}, outside the allowed root {root} "
             "(pass allowed_root=... or allow_outside=True / --allow-outside to permit it)",
             file=file, path=path)
     return resolved
-
-
-def _within(target: str, root: str) -> bool:
-    tp, tr = _split(target)
-    rp, rr = _split(root)
-    if tp != rp:
-        return False
-    sep = "/"
-    tr, rr = tr.rstrip(sep), rr.rstrip(sep)
-    if not tp:
-        tr, rr = os.path.realpath(tr), os.path.realpath(rr)
-    return tr == rr or tr.startswith(rr + sep) or rr == ""
 
 
 # ------------------------------------------------------------------ inline size

@@ -206,7 +206,9 @@ def compute_in_subprocess(corpus: Path | None) -> dict[str, str]:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--compute", fh.name]
         if corpus is not None:
             cmd += ["--corpus", str(corpus)]
-        subprocess.run(cmd, check=True, cwd=HERE.parent)
+        # Not the caller's HDF5_PLUGIN_PATH: importing netCDF4 points it at plugins built for another libhdf5.
+        env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+        subprocess.run(cmd, check=True, cwd=HERE.parent, env=env)
         return json.loads(Path(fh.name).read_text())
 
 

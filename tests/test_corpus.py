@@ -117,7 +117,7 @@ def test_corpus_netcdf_opens_in_xarray(row: dict[str, str]) -> None:
             want = xr.open_dataset(path, engine="h5netcdf", decode_times=False, mask_and_scale=False)
         except Exception as e:  # files h5netcdf itself rejects (user-defined types, ...)
             pytest.skip(f"h5netcdf cannot open {row['relpath']}: {type(e).__name__}: {e}")
-        got = xr.open_dataset(refindex.reader.store(refs), engine="zarr", consolidated=False, zarr_format=2,
+        got = xr.open_dataset(refindex.read.store(refs), engine="zarr", consolidated=False, zarr_format=2,
                               decode_times=False, mask_and_scale=False)
     # netCDF-4 stores a variable named like a dimension it does not index as
     # "_nc4_non_coord_<name>"; netCDF readers rename it, the index keeps HDF5's names.

@@ -8,7 +8,6 @@ compares the values with what h5py reads.
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import math
 import os
@@ -853,7 +852,7 @@ def test_verify_reports_exact(h5path):
 
 def test_many_tiny_chunks_inline_in_bulk_reads(tmp_path):
     """More than BULK_INLINE chunks below the inline threshold: read in merged ranges, values exact."""
-    from refindex.scan import BULK_INLINE
+    from refindex.scanner import BULK_INLINE
 
     path = tmp_path / "tiny.h5"
     rng = np.random.default_rng(7)
@@ -867,20 +866,30 @@ def test_many_tiny_chunks_inline_in_bulk_reads(tmp_path):
 
 
 @pytest.mark.parametrize("prealloc", [0, 1500, 1 << 24])
-def test_chunk_table_paths_agree(tmp_path, monkeypatch, prealloc):
+def test_chunk_table_paths_agree(tmp_path, prealloc):
     """Chunk coordinates go into a table allocated for the grid; past its rows they grow in a
-    buffer (0: all of them; 1500: the table fills in the middle of a batch): same index."""
-    scan_module = importlib.import_module("refindex.scan")  # the module; refindex.scan is the function
+    buffer (0: all of them; 1500: the table fills in the middle of a batch): same table."""
+    from refindex.scanner import GRID_PREALLOCATE, chunk_table
+
     path = tmp_path / "sparse.h5"
     with h5py.File(path, "w") as f:
         d = f.create_dataset("x", shape=(40, 30), chunks=(3, 4), dtype="<i2", compression="gzip", fillvalue=-1)
         d[::7, ::5] = np.arange(36, dtype="<i2").reshape(6, 6)  # a scattered subset of chunks
         f.create_dataset("y", data=np.arange(5000, dtype="<f4").reshape(50, 100), chunks=(5, 7))
         f.create_dataset("z", data=np.arange(30000, dtype="<u2").reshape(60, 500), chunks=(1, 10))  # 3000 chunks
-    expected = refindex.scan(path, inline_threshold=0, inline_dataset_threshold=0)
-    monkeypatch.setattr(scan_module, "GRID_PREALLOCATE", prealloc)
+    with h5py.File(path, "r") as f:
+        for name in ("x", "y", "z"):
+            d = f[name]
+            want, want_masks = chunk_table(d, d.ndim, d.chunks, preallocate=GRID_PREALLOCATE)
+            got, masks = chunk_table(d, d.ndim, d.chunks, preallocate=prealloc)
+            assert len(got) == d.id.get_num_chunks() == len(want)
+            for column in ("coords", "offsets", "sizes"):
+                np.testing.assert_array_equal(getattr(got, column), getattr(want, column))
+            np.testing.assert_array_equal(masks, want_masks)
+            infos = [d.id.get_chunk_info(i) for i in range(d.id.get_num_chunks())]
+            assert got.offsets.tolist() == [i.byte_offset for i in infos]
+            assert got.coords.tolist() == [[o // c for o, c in zip(i.chunk_offset, d.chunks)] for i in infos]
     refs, root = scan_open(path, inline_threshold=0, inline_dataset_threshold=0)
-    assert refs["refs"] == expected["refs"]
     with h5py.File(path, "r") as f:
         for name in ("x", "y", "z"):
             assert_same_values(f[name][()], zvalues(root[name]))
@@ -919,3 +928,19 @@ def test_scan_progress_reports_datasets_and_chunks(tmp_path, capsys):
     refindex.scan(path, progress=True)
     err = capsys.readouterr().err
     assert "scanning p.h5" in err and "3/3" in err and "1,009 chunks listed" in err
+
+
+def test_filters_without_codec_decode_in_a_fresh_process(tmp_path):
+    """A filter zarr has no codec for (zfp) is decoded by libhdf5 and inlined: refindex loads the
+    filter plugins itself, a caller need not have imported hdf5plugin."""
+    path = tmp_path / "zfp.h5"
+    data = np.linspace(0, 1, 64 * 64, dtype="f4").reshape(64, 64)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(16, 16), **hdf5plugin.Zfp(reversible=True))
+    code = ("import json, sys, refindex\nrefs = refindex.scan(sys.argv[1])\n"
+            "print(json.loads(refs['refs']['x/.zattrs'])['refindex_inlined'])")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "no zarr codec" in out.stdout
+    refs, root = scan_open(path)
+    assert_same_values(h5values(path, "x"), zvalues(root["x"]))

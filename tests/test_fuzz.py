@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from refindex import fuzz
+from refindex.testing import fuzz
 
 CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 

@@ -21,7 +21,7 @@ import pytest
 import zarr
 
 import refindex
-from refindex.nwb import _serve_from
+from refindex.read import ZarrTree, serve_from_memory
 
 import nwbcompare  # noqa: E402
 import nwbfiles  # noqa: E402
@@ -143,7 +143,7 @@ def test_memory_served_selections_equal_zarrs(values):
                               zarr_format=2)
     plain[...] = values
     fast = zarr.open_array(store, path="a", mode="r", zarr_format=2)
-    _serve_from(fast, lambda: zarr.Array.get_basic_selection(fast, Ellipsis))
+    serve_from_memory(fast, lambda: zarr.Array.get_basic_selection(fast, Ellipsis))
     n = values.shape[0]
     selections = [(), Ellipsis, 0, -1, slice(1, 3), slice(None, None, 2), slice(-3, None), [0, 2], [n - 1, 0]]
     if values.ndim == 1:
@@ -163,8 +163,6 @@ def test_memory_served_selections_equal_zarrs(values):
 
 def test_scalars_decoded_without_zarr_equal_zarrs(h5path):
     """The NWB reader decodes inline 0-d chunks itself: same type and value as zarr's ``a[()]``."""
-    from refindex.nwb import ZarrTree
-
     with h5py.File(h5path, "w") as f:
         f["f8"] = 2.5
         f["nan"] = np.nan
@@ -176,7 +174,7 @@ def test_scalars_decoded_without_zarr_equal_zarrs(h5path):
         f["rec"] = np.array((1, 2.0), dtype=[("a", "<i4"), ("b", "<f8")])
         f.create_dataset("enum", data=np.int8(1), dtype=h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1"))
     refs = scan(h5path)
-    tree = ZarrTree.of(refindex.reader.store(refs))
+    tree = ZarrTree.of(refindex.read.store(refs))
     fast = tree.scalars()
     assert set(fast) == {"f8", "nan", "be", "b1", "c16", "text", "fixed", "rec", "enum"}
     for path, value in fast.items():
@@ -243,8 +241,8 @@ def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monk
         entries = list(cache.glob("*.refs.json"))
         assert len(entries) == 1
         calls = []
-        real_scan = refindex.api.scan
-        monkeypatch.setattr(refindex.api, "scan", lambda *a, **k: calls.append(a) or real_scan(*a, **k))
+        real_scan = refindex.pipeline.scan_refs
+        monkeypatch.setattr(refindex.pipeline, "scan_refs", lambda *a, **k: calls.append(a) or real_scan(*a, **k))
         nwbcompare.assert_same_nwb(hnwb, refindex.open_nwb(str(many_objects), cache=cache))
         assert calls == []  # the cached index, after one freshness check
     finally:

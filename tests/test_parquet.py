@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ import pytest
 import zarr
 
 import refindex
-from refindex.demo import one_byte_chunks_values, write_one_byte_chunks
+from refindex.testing import one_byte_chunks_values, write_one_byte_chunks
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import http.server
 import json
 import os
@@ -17,10 +16,13 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import safety, source as source_mod
+from refindex import pipeline, safety, source as source_mod
+from refindex.options import ScanOptions
+from refindex.testing import selftest
 from refindex.cli import main as cli_main
 from refindex.errors import (NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError)
-from refindex.isolate import Worker, WorkerCrashed, WorkerTimeout, scan_isolated
+from refindex.errors import WorkerCrashed, WorkerTimeout
+from refindex.isolate import Worker
 
 from conftest import assert_same_values, consumer_open, free_port, moto_s3, scan_open, zvalues
 
@@ -89,7 +91,8 @@ def test_absurd_shape_is_indexed_without_allocating(tmp_path):
     p = tmp_path / "huge.h5"
     with h5py.File(p, "w") as f:
         f.create_dataset("big", shape=(10**15,), maxshape=(None,), chunks=(1 << 20,), dtype="f8")
-    refs = scan_isolated(p, timeout=30, memory_limit=2 << 30)
+    with Worker(memory_limit=2 << 30) as worker:  # a grid-sized allocation would fail the job
+        refs, _ = worker.run(pipeline.scan_refs_job, {"source": str(p), "options": ScanOptions()}, timeout=30)
     z = consumer_open(refs)["big"]
     assert z.shape == (10**15,) and z[123456789] == 0
 
@@ -231,7 +234,7 @@ class _FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
-    monkeypatch.setattr(source_mod, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     p = _simple(tmp_path / "web.h5")
     handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 2, "seen": 0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -246,13 +249,14 @@ def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
         with pytest.raises(SourceError):
             refindex.scan(url)
         # every attempt was retried, then it gave up (fsspec's http info may try HEAD and GET)
-        assert source_mod.RETRIES + 1 <= handler.seen <= 2 * (source_mod.RETRIES + 1)
+        tries = source_mod.retry_policy.retries + 1
+        assert tries <= handler.seen <= 2 * tries
     finally:
         server.shutdown()
 
 
 def test_unreachable_host_is_clean_error(monkeypatch):
-    monkeypatch.setattr(source_mod, "RETRY_BACKOFF", 0.01)
+    monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     with pytest.raises(SourceError):
         refindex.scan(f"http://127.0.0.1:{free_port()}/x.h5")
 
@@ -261,23 +265,24 @@ def test_unreachable_host_is_clean_error(monkeypatch):
 def test_isolation_turns_crash_and_hang_into_errors():
     with Worker() as w:
         with pytest.raises(WorkerCrashed, match=r"libhdf5 crashed \(signal 11"):
-            w.run("refindex.isolate:selftest", {"kind": "crash"}, timeout=30)
-        assert w.run("refindex.isolate:selftest", {"kind": "ok"}, timeout=30) == "ok"  # restarted
+            w.run(selftest, {"kind": "crash"}, timeout=30)
+        assert w.run(selftest, {"kind": "ok"}, timeout=30) == "ok"  # restarted
         with pytest.raises(WorkerTimeout, match="timed out after 0.5 s"):
-            w.run("refindex.isolate:selftest", {"kind": "hang"}, timeout=0.5)
-        assert w.run("refindex.isolate:selftest", {"kind": "ok"}, timeout=30) == "ok"
+            w.run(selftest, {"kind": "hang"}, timeout=0.5)
+        assert w.run(selftest, {"kind": "ok"}, timeout=30) == "ok"
         assert w.started == 3
-        with pytest.raises(RefindexError):
-            w.run("os:system", {"command": "true"}, timeout=30)  # only refindex's own jobs run
+        with pytest.raises(ValueError, match="not a refindex job"):
+            w.run(os.system, {"command": "true"}, timeout=30)  # only refindex's own jobs run
 
 
 def test_isolated_scan_equals_in_process(tmp_path):
     p = _simple(tmp_path / "s.h5")
     stats: dict = {}
-    assert scan_isolated(p, timeout=60, stats=stats) == refindex.scan(str(p))
+    isolated = ScanOptions(isolate=True, timeout=60)
+    assert pipeline.scan_refs(p, isolated, stats=stats) == refindex.scan(str(p))
     assert "scan_seconds" in stats
     with pytest.raises(NotHDF5Error):
-        scan_isolated(__file__, timeout=60)  # a Python file: the worker's error comes back as itself
+        pipeline.scan_refs(__file__, isolated)  # a Python file: the worker's error comes back as itself
 
 
 # ------------------------------------------------------------------ CLI
@@ -337,7 +342,7 @@ def test_cli_failed_scan_leaves_existing_index(tmp_path):
 def test_stale_index_detected_and_override(tmp_path, capsys):
     p = _simple(tmp_path / "s.h5")
     out = tmp_path / "s.refs.json"
-    refs = refindex.scan_to_file(str(p), out)
+    refs = refindex.scan_to_file(str(p), out, return_refs=True)["refs"]
     src = refs["refindex"]["source"]
     assert src["url"] == str(p) and src["size"] == p.stat().st_size and "mtime" in src
     assert "storage_options" not in refs["refindex"]["options"]

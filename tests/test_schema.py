@@ -16,10 +16,9 @@ import s3fs
 import zarr
 
 import refindex
-from refindex import schema
+from refindex import read as schema
 from refindex.cli import main as cli_main
-from refindex.consolidated import METADATA_NAMES, consolidation_differences
-from refindex.store import IndexStore
+from refindex.read import METADATA_NAMES, IndexStore, consolidation_differences
 
 from conftest import assert_same_values, json_roundtrip, moto_s3
 
@@ -82,7 +81,7 @@ def _assert_consolidated_exact(refs: dict[str, Any]) -> None:
     assert set(zmeta["metadata"]) == per_node
     # The three ways to open agree: refindex.open (.zmetadata alone), zarr.open_consolidated,
     # and zarr reading every node's own documents.
-    st = refindex.reader.store(refs)
+    st = refindex.read.store(refs)
     by_node = _walk_metadata(zarr.open_group(st, mode="r", zarr_format=2, use_consolidated=False))
     assert _walk_metadata(refindex.open(refs, check_source=False)) == by_node
     assert _walk_metadata(zarr.open_consolidated(st, mode="r", zarr_format=2)) == by_node
@@ -108,7 +107,7 @@ def test_parquet_index_opens_through_its_zmetadata(tmp_path):
     parq = tmp_path / "sample.parq"
     refs_to_dataframe(refs, str(parq))
     assert _walk_metadata(refindex.open(str(parq))) == _walk_metadata(refindex.open(refs))
-    assert schema.dumps(refindex.object_model(str(parq))) == schema.dumps(refindex.object_model(refs))
+    assert schema.zom_json(refindex.object_model(str(parq))) == schema.zom_json(refindex.object_model(refs))
 
 
 @pytest.mark.skipif(not MANIFEST.exists(), reason=f"HDF5 corpus not found at {CORPUS}")
@@ -205,8 +204,8 @@ def test_object_model_lists_every_node(tmp_path):
     refs = refindex.scan(str(path))
     out = tmp_path / "sample.refs.json"
     refindex.writers.write_json(refs, out)
-    assert schema.dumps(refindex.object_model(refs)) == schema.dumps(model)
-    assert schema.dumps(refindex.object_model(str(out))) == schema.dumps(model)
+    assert schema.zom_json(refindex.object_model(refs)) == schema.zom_json(model)
+    assert schema.zom_json(refindex.object_model(str(out))) == schema.zom_json(model)
 
 
 def test_object_model_trimming(tmp_path):
@@ -238,7 +237,7 @@ def test_check_passes_against_own_model(tmp_path, capsys):
     path = tmp_path / "sample.h5"
     _write_sample(path)
     template = tmp_path / "template.json"
-    template.write_text(schema.dumps(refindex.object_model(str(path))))
+    template.write_text(schema.zom_json(refindex.object_model(str(path))))
     report = refindex.check(str(template), str(path))
     assert report.ok and report.differences == []
     refs = refindex.scan(str(path))
@@ -251,7 +250,7 @@ def test_check_catches_each_difference(tmp_path, capsys):
     _write_sample(base)
     _write_sample(changed, "changed")
     template = tmp_path / "template.json"
-    template.write_text(schema.dumps(refindex.object_model(str(base))))
+    template.write_text(schema.zom_json(refindex.object_model(str(base))))
     report = refindex.check(str(template), str(changed))
     assert not report.ok
     by_path: dict[str, list[str]] = {}

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import writers
+from refindex import pipeline, safety, writers
+from refindex.options import ScanOptions
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
 from refindex.model import ArrayNode, ChunkTable, GroupNode, Tree
@@ -33,9 +34,7 @@ def _same_index(tree: Tree, tmp_path, block: int = writers.STREAM_BLOCK) -> dict
 
 
 def _tree_of(path, **kw) -> Tree:
-    trees = []
-    refindex.scan(str(path), sink=trees.append, **kw)
-    return trees[0]
+    return pipeline.scan_tree(str(path), ScanOptions.from_keywords(**kw))
 
 
 @pytest.mark.parametrize("kw", [{}, {"contiguous_chunk_bytes": 4096}, {"inline_threshold": 0, "inline_dataset_threshold": 0},
@@ -87,25 +86,21 @@ def test_stream_edge_cases(tmp_path):
     _same_index(root, tmp_path)
 
 
-def test_atomic_on_failure(tmp_path, monkeypatch):
+def test_atomic_on_failure(tmp_path):
     src = tmp_path / "mixed.h5"
     _build(src)
     tree = _tree_of(src, inline_threshold=0)
     out = tmp_path / "out.json"
     out.write_text("previous index")
-    real = writers._array_text
-
-    def failing(*args, **kw):
-        yield from real(*args, **kw)
-        raise OSError("disk full")
-
-    monkeypatch.setattr(writers, "_array_text", failing)
-    with pytest.raises(OSError, match="disk full"):
-        writers.write_json_stream(tree, out)
+    broken = Tree(url=tree.url, groups=tree.groups, arrays=dict(tree.arrays))  # fails after other arrays were written
+    broken.arrays["/zz"] = ArrayNode("/zz", (4,), (1,), "<u1", 0,
+                                     refs=ChunkTable(np.arange(4).reshape(4, 1), np.array([1, 2, 3, -1]),
+                                                     np.ones(4, np.int64)))
+    with pytest.raises(RefindexError, match="cannot write the index as JSON"):
+        writers.write_json_stream(broken, out, block=1)
     assert out.read_text() == "previous index"
     assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]  # no temporary left behind
 
-    monkeypatch.setattr(writers, "_array_text", real)
     bad = Tree(url="f.h5")
     bad.arrays["/bad\udcff"] = ArrayNode("/bad\udcff", (1,), (1,), "<u1", 0, inline={"0": b"x"})
     with pytest.raises(RefindexError, match="cannot write the index as JSON"):
@@ -113,29 +108,29 @@ def test_atomic_on_failure(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]
 
 
-def test_sink_runs_safety_checks(tmp_path):
-    """The checks scan() runs on the refs dict also guard the streamed path: nothing is written."""
+def test_safety_gate_guards_every_index(tmp_path):
+    """One gate for every format: the head of an index names only allowed codecs and no secret."""
     t = Tree(url="s3://bucket/abcd1234secret/f.h5")
     t.groups["/"] = GroupNode("/")
     t.arrays["/x"] = ArrayNode("/x", (1,), (1,), "<u1", 0, compressor={"id": "pickle"}, inline={"0": b"x"})
     with pytest.raises(RefindexError, match="allowlist"):
-        writers.make_json_sink(tmp_path / "a.json")(t)
+        safety.check_publishable(writers.head_refs(t), None)
     t.arrays["/x"].compressor = None
     with pytest.raises(RefindexError, match="secret"):
-        writers.make_json_sink(tmp_path / "a.json", {"token": "abcd1234secret"})(t)
-    assert os.listdir(tmp_path) == []
-    assert writers.make_json_sink(tmp_path / "a.json", {"token": "other"})(t)["inline_chunks"] == 1
+        safety.check_publishable(writers.head_refs(t), {"token": "abcd1234secret"})
+    safety.check_publishable(writers.head_refs(t), {"token": "other"})
 
 
 def test_scan_to_file_streamed_reads_back(tmp_path):
     src = tmp_path / "mixed.h5"
     _build(src)
-    refs = refindex.scan_to_file(str(src), tmp_path / "dict.json")
-    assert "refs" in refs  # the default still returns the dict
-    summary = refindex.scan_to_file(str(src), tmp_path / "stream.json", return_refs=False)
-    assert set(summary) == {"format", "keys", "chunks_referenced", "inline_chunks", "bytes", "skipped"}
+    with_refs = refindex.scan_to_file(str(src), tmp_path / "dict.json", return_refs=True)
+    refs = with_refs.pop("refs")  # the dict, written from the dict
+    summary = refindex.scan_to_file(str(src), tmp_path / "stream.json")  # streamed from the chunk tables
+    assert set(summary) == {"format", "keys", "chunks_referenced", "inline_chunks", "bytes", "skipped", "arrays",
+                            "source"}
     assert (tmp_path / "dict.json").read_bytes() == (tmp_path / "stream.json").read_bytes()
-    assert summary == refindex.api.summary_of(refs, tmp_path / "dict.json")
+    assert summary == with_refs == pipeline.summary_of(refs, tmp_path / "dict.json")
     g = consumer_open(json.loads((tmp_path / "stream.json").read_text()))
     with h5py.File(src) as f:
         for name in ("chunked", "sparse", "acquisition/ElectricalSeries/data", "processing/module.v2/odd name"):

@@ -1,0 +1,190 @@
+"""The manifest of a batch (one row per input), and what needs scanning again.
+
+A re-run skips inputs whose index exists and whose source is unchanged: same size and
+the same etag (object stores) or mtime (local files) as recorded in the previous
+manifest, or, when the manifest has no row for it, in the index's own provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .. import urls
+from ..errors import RefindexError
+from ..options import ScanOptions
+from ..source import file_info
+from ..writers import ZMETADATA, atomic_write_bytes
+from ._inputs import Format, index_location
+from ._results import FileResult
+
+
+def now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def options_fingerprint(fmt: Format, options: ScanOptions, record_size: int | None) -> str:
+    """Short hash of what shapes an index (format, the options it records, convention; never credentials)."""
+    shown = {"format": fmt, "convention": options.convention, **options.recorded()}
+    if record_size is not None:
+        shown["record_size"] = record_size
+    return hashlib.sha1(json.dumps(shown, sort_keys=True, default=repr).encode()).hexdigest()[:12]
+
+
+def _normal_info(detail: dict[str, Any]) -> dict[str, Any]:
+    """size / etag / mtime from an fsspec info or listing entry, as the index records them."""
+
+    class _Listed:  # file_info calls fs.info(path); answer with what we already have
+        @staticmethod
+        def info(_path: str) -> dict[str, Any]:
+            return detail
+
+    return file_info(_Listed(), "")
+
+
+def unchanged(recorded: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Same size, and same etag when both have one (else same mtime).
+
+    The etag names the content; an object's mtime differs between listings and HEAD
+    responses (millisecond vs second precision), so it only counts without an etag.
+    """
+    if recorded.get("size") is None or recorded.get("size") != now.get("size"):
+        return False
+    if recorded.get("etag") and now.get("etag"):
+        return recorded["etag"] == now["etag"]
+    # str(): a parquet manifest stores mtimes as text; str(float) round-trips exactly
+    return recorded.get("mtime") is not None and str(recorded.get("mtime")) == str(now.get("mtime"))
+
+
+def _index_provenance(index: str, fmt: Format, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``refs["refindex"]["source"]`` of an existing index, or None when there is none."""
+    from ..read import load_refs, parquet_metadata
+
+    try:
+        doc = load_refs(index, storage_options) if fmt == "json" else parquet_metadata(index, storage_options)
+        return (doc.get("refindex") or {}).get("source")
+    except Exception:  # missing or unreadable: simply not up to date
+        return None
+
+
+def _index_exists(index: str, fmt: Format, storage_options: dict[str, Any] | None) -> bool:
+    try:
+        fs, path = urls.filesystem(index, storage_options)
+        return bool(fs.exists(path.rstrip("/") + "/" + ZMETADATA if fmt == "parquet" else path))
+    except Exception:
+        return False
+
+
+# ------------------------------------------------------------------ manifest
+def read_manifest(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Rows of a manifest keyed by source; {} when it does not exist or cannot be read."""
+    try:
+        fs, path = urls.filesystem(url, storage_options)
+        if not fs.exists(path):
+            return {}
+        data = fs.cat_file(path)
+        if url.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            rows = pq.read_table(io.BytesIO(data)).to_pylist()
+        else:
+            rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+    except Exception as e:  # a damaged manifest: fall back to the indexes' own provenance
+        print(f"refindex batch: ignoring unreadable manifest {url}: {e}", file=sys.stderr)
+        return {}
+    return {r["source"]: r for r in rows if isinstance(r, dict) and r.get("source")}
+
+
+def write_manifest(rows: list[dict[str, Any]], url: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Write the manifest atomically (JSON lines, or parquet when ``url`` ends in .parquet)."""
+    if url.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist([{**r, "mtime": None if r.get("mtime") is None else str(r["mtime"])}
+                                      for r in rows])
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        data = buf.getvalue()
+    else:
+        data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+    protocol, path = urls.split(url)
+    if protocol == "file":
+        atomic_write_bytes(path, data)
+    else:
+        fs, p = urls.filesystem(url, storage_options)
+        fs.pipe_file(p, data)
+
+
+# ------------------------------------------------------------------ planning
+def current_infos(sources: list[str], known: dict[str, dict[str, Any]], storage_options: dict[str, Any] | None
+                  ) -> dict[str, dict[str, Any] | RefindexError]:
+    """size/etag/mtime of every input now (listings reused; the rest fetched by 16 threads)."""
+    out: dict[str, dict[str, Any] | RefindexError] = {}
+    for u, detail in known.items():
+        try:
+            out[u] = _normal_info(detail)
+        except RefindexError as e:
+            out[u] = e
+
+    def stat(u: str) -> dict[str, Any] | RefindexError:
+        try:
+            fs, path = urls.filesystem(u, storage_options)
+            return file_info(fs, path)
+        except RefindexError as e:
+            return e
+        except Exception as e:  # noqa: BLE001
+            return RefindexError(f"cannot stat: {type(e).__name__}: {e}", file=u)
+
+    todo = [u for u in sources if u not in out]
+    with ThreadPoolExecutor(max_workers=16) as ex:
+        for u, info in zip(todo, ex.map(stat, todo)):
+            out[u] = info
+    return out
+
+
+def plan(sources: list[str], infos: dict[str, Any], previous: dict[str, dict[str, Any]], fmt: Format,
+         output: str | None, root: str | None, fingerprint: str, force: bool,
+         storage_options: dict[str, Any] | None) -> tuple[list[FileResult | None], list[tuple[int, str, str]]]:
+    """Per input: a finished row (up to date / cannot stat) or a job (position, source, index)."""
+    rows: list[FileResult | None] = []
+    jobs: list[tuple[int, str, str]] = []
+    indexes: dict[str, str] = {}
+    for i, url in enumerate(sources):
+        index = index_location(url, fmt, output, root)
+        if index in indexes:
+            raise RefindexError(f"two inputs would share the index {index}: {indexes[index]} and {url}")
+        indexes[index] = url
+        now = infos[url]
+        if isinstance(now, RefindexError):
+            rows.append(FileResult(source=url, index=index, status="failed", error=" ".join(str(now).split()),
+                                   options=fingerprint, finished=now_text(), seconds=0.0))
+            continue
+        fresh = None if force else _up_to_date(url, index, now, previous.get(url), fmt, fingerprint, storage_options)
+        rows.append(fresh)
+        if fresh is None:
+            jobs.append((i, url, index))
+    return rows, jobs
+
+
+def _up_to_date(url: str, index: str, now: dict[str, Any], prev: dict[str, Any] | None, fmt: Format,
+                fingerprint: str, storage_options: dict[str, Any] | None) -> FileResult | None:
+    """The row of an input whose index is up to date (from the manifest, else the index itself), or None."""
+    if prev is not None:
+        if (prev.get("status") in ("indexed", "up_to_date") and prev.get("index") == index
+                and prev.get("options") == fingerprint and unchanged(prev, now)
+                and _index_exists(index, fmt, storage_options)):
+            return FileResult(**{**{k: prev.get(k) for k in FileResult.__dataclass_fields__},
+                                 "status": "up_to_date", "seconds": 0.0})
+        return None
+    # no manifest row (first run with an existing index, or an interrupted run)
+    prov = _index_provenance(index, fmt, storage_options)
+    if prov is not None and unchanged(prov, now):
+        return FileResult(source=url, index=index, status="up_to_date", size=prov.get("size"), etag=prov.get("etag"),
+                          mtime=prov.get("mtime"), seconds=0.0, options=fingerprint, finished=now_text())
+    return None

@@ -1,0 +1,117 @@
+"""The work for one input: scan it, write its index where the batch wants it, return its manifest row.
+
+It runs wherever the batch sends it (this process, a local worker process, a Dask
+worker) and never raises: a failure is a row.  Remote outputs are written to a local
+temporary file or folder first and then uploaded: a JSON index as one PUT (object stores
+never show half an object), a parquet folder record files first and ``.zmetadata`` last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .. import urls
+from ..errors import RefindexError
+from ..options import ScanOptions
+from ..pipeline import write_index
+from ..writers import ZMETADATA
+from ._inputs import Format
+from ._manifest import now_text
+from ._results import FileResult
+
+
+@dataclass
+class Task:
+    """One input of a batch: where its index goes and how it is made."""
+
+    source: str
+    index: str
+    format: Format
+    options: ScanOptions
+    record_size: int | None = None
+    fingerprint: str | None = None
+    isolate: bool = False  # in a fresh subprocess (crash / hang protection on Dask workers)
+    timeout: float | None = None
+
+
+def index_one(task: Task) -> dict[str, Any]:
+    """Scan ``task.source`` and write its index to ``task.index``; returns a manifest row (never raises)."""
+    t0 = time.perf_counter()
+    if task.isolate:
+        from ..isolate import DEFAULT_TIMEOUT, Worker
+
+        with Worker() as w:
+            try:
+                return w.run(index_one, {"task": replace(task, isolate=False)},
+                             timeout=task.timeout or DEFAULT_TIMEOUT, label=task.source)
+            except RefindexError as e:
+                return failed_row(task, e, time.perf_counter() - t0)
+    try:
+        summary = _write(task)
+    except Exception as e:  # noqa: BLE001 - one bad file must never stop the batch
+        return failed_row(task, e, time.perf_counter() - t0)
+    prov = summary.get("source") or {}
+    return FileResult(source=task.source, index=task.index, status="indexed", size=prov.get("size"),
+                      etag=prov.get("etag"), mtime=prov.get("mtime"), seconds=round(time.perf_counter() - t0, 4),
+                      options=task.fingerprint, finished=now_text(),
+                      keys=summary.get("keys") if task.format == "json" else None, arrays=summary.get("arrays"),
+                      chunks=summary.get("chunks_referenced"), inline_chunks=summary.get("inline_chunks"),
+                      index_bytes=summary.get("bytes")).as_dict()
+
+
+def _write(task: Task) -> dict[str, Any]:
+    protocol, path = urls.split(task.index)
+    if protocol == "file":
+        return dict(write_index(task.source, path, task.options, format=task.format, record_size=task.record_size))
+    tmp = tempfile.mkdtemp(prefix="refindex-batch-")
+    try:
+        local = os.path.join(tmp, "index" + (".refs.parq" if task.format == "parquet" else ".refs.json"))
+        summary = write_index(task.source, local, task.options, format=task.format, record_size=task.record_size)
+        fs, remote = urls.filesystem(task.index, task.options.storage_options)
+        if task.format == "parquet":
+            _put_folder(fs, local, remote)
+        else:
+            fs.put_file(local, remote)  # one PUT: the object appears whole or not at all
+        return dict(summary)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _put_folder(fs: Any, local_dir: str, base: str) -> None:
+    """Upload a parquet index folder: records first, ``.zmetadata`` last, stale records removed."""
+    base = base.rstrip("/")
+    wanted: set[str] = set()
+    last = None
+    for folder, _, names in os.walk(local_dir):
+        for name in sorted(names):
+            local = os.path.join(folder, name)
+            remote = base + "/" + os.path.relpath(local, local_dir).replace(os.sep, "/")
+            wanted.add(remote)
+            if name == ZMETADATA and folder == local_dir:
+                last = (local, remote)
+                continue
+            fs.put_file(local, remote)
+    if last is not None:
+        fs.put_file(*last)
+    try:
+        old = set(fs.find(base))
+    except FileNotFoundError:
+        old = set()
+    stale = sorted(p for p in old if p not in wanted)
+    if stale:
+        fs.rm(stale)
+
+
+def failed_row(task: Task, e: BaseException, seconds: float) -> dict[str, Any]:
+    """The manifest row of an input that could not be indexed, saying why."""
+    if isinstance(e, RefindexError):
+        text = " ".join(str(e).split())
+    else:  # not a RefindexError: a refindex bug or an environment problem, say which
+        text = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
+    return FileResult(source=task.source, index=task.index, status="failed", seconds=round(seconds, 4), error=text,
+                      options=task.fingerprint, finished=now_text()).as_dict()

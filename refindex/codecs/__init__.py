@@ -1,0 +1,30 @@
+"""HDF5 filters and datatypes -> zarr: codec configurations, dtype plans, values as JSON, and the
+decode-only codec classes for HDF5 framings with no stock twin (:mod:`refindex.codecs.decoders`).
+
+Names load on first use, so numcodecs can import :mod:`refindex.codecs.decoders` (its entry
+points) without h5py.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "FILTER_NAMES": "_filters", "NoCodec": "_filters", "filter_list": "_filters", "pipeline": "_filters",
+    "string_padding": "_filters",
+    "codec_pipeline": "_runtime", "encode_chunk": "_runtime", "register_codecs": "_runtime",
+    "DTypePlan": "_dtypes", "descr": "_dtypes", "packed_dtype": "_dtypes", "plan_dtype": "_dtypes",
+    "fill_value_json": "_values", "jsonable": "_values",
+    "H5Bitshuffle": "decoders", "H5Lz4": "decoders", "H5Lzf": "decoders", "H5StrPad": "decoders",
+    "H5Szip": "decoders",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value

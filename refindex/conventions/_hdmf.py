@@ -1,0 +1,38 @@
+"""The hdmf convention (hdmf-zarr's v2 storage spec, read by ``hdmf_zarr.NWBZarrV2IO``).
+
+Links as ``zarr_link`` entries on the parent group, every dataset has ``zarr_dtype``,
+scalars stay 0-d, ``.specloc`` is a path string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model import Tree, join
+from ._links import add_zarr_link
+
+
+def _zarr_dtype(kind: Any) -> Any:
+    if isinstance(kind, list):
+        return [{"name": f["name"], "dtype": _zarr_dtype(f["dtype"])} for f in kind]
+    if kind in ("str", "object", "region"):
+        return kind
+    if kind == "bytes":
+        return "bytes"
+    return str(kind)
+
+
+def apply_hdmf(tree: Tree) -> None:
+    for link in sorted(tree.links, key=lambda l: join(l.parent, l.name)):
+        if link.parent in tree.groups:
+            add_zarr_link(tree, link)
+    root = tree.groups["/"]
+    spec = root.attrs.get(".specloc")
+    if isinstance(spec, dict) and isinstance(spec.get("value"), dict):
+        path = spec["value"].get("path") or ""
+        root.attrs[".specloc"] = path.lstrip("/")
+    for node in tree.arrays.values():
+        # Scalars stay 0-d with their real zarr_dtype: hdmf-zarr 0.14 reads both this and
+        # the older shape-(1,) "scalar" form, but only 0-d keeps "object" for scalar
+        # references and reads cached specs without falling back to raw chunk reads.
+        node.attrs["zarr_dtype"] = _zarr_dtype(node.kind)

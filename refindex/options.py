@@ -1,0 +1,163 @@
+"""The options of a scan, as one typed object that travels from the edge (API, CLI, batch) inward.
+
+:class:`ScanOptions` holds what decides an index's content (recorded in its provenance)
+and how the source is read; :class:`CacheOptions` tunes the remote read cache.  Callers
+build one at the edge (``ScanOptions(...)``, or :meth:`ScanOptions.from_keywords` for the
+keyword style of ``refindex.scan``) and every layer reads the fields it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, TypedDict
+
+MiB = 1 << 20
+Convention = Literal["auto", "hdmf", "plain"]
+OnUnsupported = Literal["error", "skip"]
+
+
+@dataclass
+class CacheOptions:
+    """Settings of the remote read cache.
+
+    Defaults are tuned on a pynwb file behind 30 ms / 50 MB/s (benchmarks/p2_remote_index.py):
+    its metadata sits in a few KiB at the start, a few hundred KiB at the end and small
+    islands in between.  A round trip costs as much as ~1.5 MB of transfer there, so on
+    open the head and tail are fetched at once (concurrently), and each later miss
+    fetches its block plus ``neighbours`` blocks either side in one request.
+
+    ``block_size``: granularity of fetches and of the cache.  ``first_read``: bytes
+    fetched at the start of the file on open (superblock, root group).  ``tail_read``:
+    bytes fetched at the end on open, in parallel with ``first_read`` (libhdf5 writes
+    metadata flushed at close there).  ``neighbours``: extra blocks fetched on each side
+    of a miss.  ``max_gap``: missing blocks separated by at most this many cached bytes
+    are still fetched in one request.  ``prefetch_metadata``: before the scan, walk the
+    group tree level by level and fetch each level's object headers, group B-trees, heaps
+    and chunk B-tree roots in concurrent batches (see :mod:`refindex.source`), instead
+    of one round trip per scattered structure during the scan.
+    """
+
+    block_size: int = 64 << 10
+    first_read: int = 1 << 20
+    tail_read: int = 1 << 20
+    neighbours: int = 1
+    max_gap: int = 0
+    prefetch_metadata: bool = True
+
+
+
+# The fields that decide what an index holds, in the order its provenance lists them.
+RECORDED = ("inline_threshold", "inline_dataset_threshold", "inline_max", "contiguous_chunk_bytes",
+            "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample")
+
+
+@dataclass
+class ScanOptions:
+    """Everything that shapes one scan.
+
+    What the index holds: ``inline_threshold`` (chunks stored in fewer bytes are copied
+    in), ``inline_dataset_threshold`` (datasets whose chunks take fewer bytes in all are
+    copied in whole), ``inline_max`` (most bytes one dataset may add when its values must
+    be inline: vlen data, filters without codec), ``contiguous_chunk_bytes`` (contiguous
+    datasets above this become virtual chunks of about this size; None: never),
+    ``on_unsupported`` ("skip" records what cannot be represented instead of failing),
+    ``allowed_root``/``allow_outside`` (where other files may be: default the scanned
+    file's folder), ``max_inline_total`` (inline bytes of the whole index),
+    ``check_sample`` (compare a sample of chunks with libhdf5's reads; None: local files
+    only), ``convention`` ("auto", "hdmf" or "plain").
+
+    How it is made (not recorded): ``url`` (what the references point at, when not the
+    source), ``storage_options`` (fsspec, never written into an index), ``cache``,
+    ``follow_external`` (also index files external links point into), ``isolate`` /
+    ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds).
+    """
+
+    inline_threshold: int = 256
+    inline_dataset_threshold: int = 16 << 10
+    inline_max: int = 64 * MiB
+    contiguous_chunk_bytes: int | None = 32 * MiB
+    on_unsupported: OnUnsupported = "error"
+    allowed_root: str | None = None
+    allow_outside: bool = False
+    max_inline_total: int | None = 256 * MiB
+    check_sample: bool | None = None
+    convention: Convention = "auto"
+    url: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    cache: CacheOptions = field(default_factory=CacheOptions)
+    follow_external: bool = False
+    isolate: bool = False
+    timeout: float | None = None
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields that decide the index's content, as its provenance records them."""
+        return {name: getattr(self, name) for name in RECORDED}
+
+    def but(self, **changes: Any) -> "ScanOptions":
+        """A copy with ``changes`` (options are passed down, never modified in place)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_keywords(cls, **keywords: Any) -> "ScanOptions":
+        """Options from ``refindex.scan``'s keywords: ``"default"`` keeps a field's default, and so
+        does None, except for ``contiguous_chunk_bytes`` (None or 0: never split) and
+        ``max_inline_total`` (None: no limit), where None is a choice of its own.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(keywords) - known)
+        if unknown:
+            raise TypeError(f"unknown scan option(s): {', '.join(unknown)}")
+        chosen: dict[str, Any] = {}
+        for name, value in keywords.items():
+            if isinstance(value, str) and value == "default":
+                continue
+            if value is None and name not in ("contiguous_chunk_bytes", "max_inline_total"):
+                continue
+            if value is None:
+                chosen[name] = None
+                continue
+            if name == "contiguous_chunk_bytes":
+                value = int(value) or None
+            elif name in ("inline_threshold", "inline_dataset_threshold", "inline_max", "max_inline_total"):
+                value = int(value)
+            elif name == "storage_options":
+                value = dict(value)
+            chosen[name] = value
+        return cls(**chosen)
+
+
+class ScanKeywords(TypedDict, total=False):
+    """The keyword form of :class:`ScanOptions` that ``refindex.scan`` and its siblings accept
+    (None or ``"default"`` keeps a default; see :meth:`ScanOptions.from_keywords`)."""
+
+    url: str | None
+    storage_options: dict[str, Any] | None
+    convention: Convention
+    inline_threshold: int | None
+    inline_dataset_threshold: int | None
+    inline_max: int | None
+    contiguous_chunk_bytes: int | None | Literal["default"]
+    on_unsupported: OnUnsupported
+    allowed_root: str | None
+    allow_outside: bool
+    max_inline_total: int | None | Literal["default"]
+    check_sample: bool | None
+    cache: CacheOptions | None
+    follow_external: bool
+    isolate: bool
+    timeout: float | None
+
+
+def options_from(options: ScanOptions | None, keywords: ScanKeywords) -> ScanOptions:
+    """``options`` with ``keywords`` applied on top (or the keywords alone): the edge of every API call."""
+    if options is None:
+        return ScanOptions.from_keywords(**keywords)
+    if not keywords:
+        return options
+    changes = ScanOptions.from_keywords(**keywords)
+    return replace(options, **{k: getattr(changes, k) for k in keywords if not _kept_default(keywords[k], k)})
+
+
+def _kept_default(value: Any, name: str) -> bool:
+    return (isinstance(value, str) and value == "default") or (
+        value is None and name not in ("contiguous_chunk_bytes", "max_inline_total"))

@@ -1,0 +1,210 @@
+"""The one place that puts scanning and writing together.
+
+source -> scanner -> convention -> provenance -> safety gate -> writer.  The API, the
+command line, batch tasks and worker processes all come through here with one
+:class:`~refindex.options.ScanOptions`; nothing below this module knows about the others.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, TypedDict
+
+from . import conventions, safety, urls, writers
+from .errors import RefindexError
+from .model import RefsDocument, Tree, external_sources
+from .options import ScanOptions
+from .progress import Progress, ScanProgress
+from .scanner import ScanContext, scan_file
+from .source import open_source
+
+from . import __version__  # one version for the package
+Format = Literal["json", "parquet"]
+FORMATS = ("json", "parquet")
+
+
+class WriteSummary(TypedDict, total=False):
+    """What writing an index did: counts, bytes, what was skipped (and the index itself when asked)."""
+
+    format: str
+    keys: int
+    records: int  # parquet: record files written
+    chunks_referenced: int
+    inline_chunks: int
+    bytes: int
+    skipped: list[dict[str, str]]
+    arrays: int
+    source: dict[str, Any]  # what the index records of its source: url, size, etag/mtime
+    refs: RefsDocument
+
+
+# ---------------------------------------------------------------------- scanning
+def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
+              progress: Progress | bool | None = None) -> Tree:
+    """Scan ``source`` into a :class:`Tree` with its convention applied and its provenance filled in."""
+    with open_source(source, options.storage_options, options.cache) as src:
+        target = safety.strip_credentials(options.url or src.url)
+        safety.check_target_url(target, explicit=options.url is not None)
+        bar = ScanProgress(src.url) if progress is True else (progress or None)
+        ctx = ScanContext(src.h5, target, src.size, options, src.read_many, src.fs_for, label=src.url,
+                          **({"progress": bar} if bar is not None else {}))
+        try:
+            tree = scan_file(ctx)
+        except RefindexError:
+            raise
+        except Exception as e:  # libhdf5 errors on damaged files surface as OSError/KeyError/...
+            raise RefindexError(f"{type(e).__name__}: {e}", file=src.url) from e
+        finally:
+            if bar is not None:
+                bar.close()
+        chosen = conventions.apply(tree, options.convention)
+        safety.check_inline_total(tree, options.max_inline_total, file=src.url)
+        # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
+        # copy), only the size is known to hold for the target too.
+        described = src.info if target == src.url else {"size": src.info["size"]}
+        tree.provenance.update({"refindex_version": __version__, "source": {"url": target, **described},
+                                "convention": chosen, "options": options.recorded()})
+        # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
+        seconds = tree.provenance.pop("scan_seconds", None)
+        if stats is not None:
+            stats.update(src.stats.as_dict())
+            stats["scan_seconds"] = seconds
+    return tree
+
+
+def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
+              progress: Progress | bool | None = None) -> RefsDocument:
+    """The RFS dict of ``source`` (in a worker process with ``options.isolate``), through the safety gate.
+
+    ``options.follow_external``: the files external links point into are indexed too and
+    embedded under ``refs["refindex"]["external"][source]["refs"]``.
+    """
+    if options.isolate:
+        from .isolate import DEFAULT_TIMEOUT, Worker
+
+        with Worker() as worker:
+            refs, job_stats = worker.run(scan_refs_job, {"source": os.fspath(source), "options": options},
+                                         timeout=options.timeout or DEFAULT_TIMEOUT)
+        if stats is not None:
+            stats.update(job_stats)
+        return refs
+    tree = scan_tree(source, options, stats=stats, progress=progress)
+    refs = writers.to_refs(tree)
+    safety.check_publishable(refs, options.storage_options, file=tree.url)
+    if options.follow_external:
+        read_url = urls.normalise(os.fspath(source))
+        outer = options if options.allow_outside or options.allowed_root is not None else options.but(
+            allowed_root=urls.folder(read_url))  # linked files of linked files: the same root
+        _follow_external(refs, read_url, tree.url, outer, {read_url})
+    return refs
+
+
+def scan_refs_job(source: str, options: ScanOptions) -> tuple[RefsDocument, dict[str, Any]]:
+    """:func:`scan_refs` as a worker job: the refs and the scan's stats."""
+    stats: dict[str, Any] = {}
+    refs = scan_refs(source, options.but(isolate=False), stats=stats)
+    return refs, stats
+
+
+def _follow_external(refs: RefsDocument, read_url: str, chunk_url: str, options: ScanOptions,
+                     seen: set[str]) -> None:
+    """Index the files external links in ``refs`` point into (recursively, each file once)."""
+    out: dict[str, Any] = {}
+    for source in external_sources(refs):
+        entry: dict[str, Any] = {"url": urls.beside(chunk_url, source)}
+        sub_read = urls.beside(read_url, source)
+        try:
+            safety.resolve_inside(source, read_url, allowed_root=options.allowed_root,
+                                  allow_outside=options.allow_outside, what="externally linked file", file=read_url)
+        except RefindexError as e:
+            entry["error"] = str(e)
+            out[source] = entry
+            continue
+        if sub_read in seen:
+            entry["note"] = "indexed elsewhere in this index (link cycle)"
+        else:
+            seen.add(sub_read)
+            try:
+                entry["refs"] = scan_refs(sub_read, options.but(url=entry["url"], follow_external=False))
+                _follow_external(entry["refs"], sub_read, entry["url"], options, seen)
+            except RefindexError as e:
+                entry["error"] = str(e)
+        out[source] = entry
+    if out:
+        refs.setdefault("refindex", {})["external"] = out
+
+
+# ---------------------------------------------------------------------- writing
+def write_index(source: str | os.PathLike, output: str | os.PathLike, options: ScanOptions, *,
+                format: Format = "json", record_size: int | None = None, keep_refs: bool = False,  # noqa: A002
+                stats: dict[str, Any] | None = None, progress: Progress | bool | None = None) -> WriteSummary:
+    """Scan ``source`` and write its index to ``output`` (a JSON file or a parquet folder), atomically.
+
+    JSON is streamed straight from the chunk tables (no dict of every chunk), unless the
+    dict is needed anyway: ``keep_refs`` (it is returned as ``summary["refs"]``),
+    ``options.follow_external`` (the linked files' indexes are written beside ``output``)
+    or ``options.isolate`` (the worker returns the dict).
+    """
+    if format not in FORMATS:
+        raise RefindexError(f"unknown output format {format!r} (json or parquet)", file=os.fspath(output))
+    if format == "parquet":
+        if options.follow_external or options.isolate:
+            raise RefindexError("follow_external and isolate are not supported with parquet output",
+                                file=os.fspath(source))
+        tree = scan_tree(source, options, stats=stats, progress=progress)
+        head = writers.metadata_document(tree, 1)
+        safety.check_publishable({"templates": writers.url_templates(tree), "refindex": head["refindex"],
+                                  "refs": {k: v for k, v in head["metadata"].items() if k.endswith(".zarray")}},
+                                 options.storage_options, file=tree.url)
+        summary = writers.write_parquet(tree, output, record_size=record_size or writers.DEFAULT_RECORD_SIZE)
+        return WriteSummary(format="parquet", skipped=list(tree.skipped), arrays=len(tree.arrays),
+                            source=dict(tree.provenance["source"]), **summary)
+    if keep_refs or options.follow_external or options.isolate:
+        refs = scan_refs(source, options, stats=stats, progress=progress)
+        if options.follow_external:
+            write_external(refs, output)
+        writers.write_json(refs, output)
+        summary = summary_of(refs, output)
+        if keep_refs:
+            summary["refs"] = refs
+        return summary
+    tree = scan_tree(source, options, stats=stats, progress=progress)
+    head = writers.head_refs(tree)
+    safety.check_publishable(head, options.storage_options, file=tree.url)
+    return WriteSummary(**writers.write_json_stream(tree, output, head=head), arrays=len(tree.arrays),
+                        source=dict(tree.provenance["source"]))
+
+
+def summary_of(refs: RefsDocument, output: str | os.PathLike) -> WriteSummary:
+    """What :func:`refindex.writers.write_json_stream` returns, for an index written from its dict."""
+    r = refs.get("refs", {})
+    inline = sum(1 for k, v in r.items() if isinstance(v, str) and not k.rsplit("/", 1)[-1].startswith("."))
+    chunks = sum(1 for v in r.values() if isinstance(v, list))
+    prov = refs.get("refindex") or {}
+    return WriteSummary(format="json", keys=len(r), chunks_referenced=chunks, inline_chunks=inline,
+                        bytes=os.path.getsize(output), skipped=list(prov.get("skipped", [])),
+                        arrays=sum(1 for k in r if k.rsplit("/", 1)[-1] == ".zarray"),
+                        source=dict(prov.get("source") or {}))
+
+
+def write_external(refs: RefsDocument, output: str | os.PathLike) -> None:
+    """Move embedded indexes of linked files into files beside ``output``; record their names."""
+    folder = os.path.dirname(os.path.abspath(os.fspath(output)))
+    used = {os.path.basename(os.fspath(output))}
+
+    def walk(r: RefsDocument) -> None:
+        for source, entry in (r.get("refindex", {}).get("external") or {}).items():
+            sub = entry.pop("refs", None)
+            if sub is None:
+                continue
+            walk(sub)
+            base = os.path.basename(source.rstrip("/")) or "external"
+            name, i = base + ".refs.json", 1
+            while name in used:
+                i += 1
+                name = f"{base}.{i}.refs.json"
+            used.add(name)
+            writers.write_json(sub, os.path.join(folder, name))
+            entry["index"] = name  # relative to the folder of the index that names it
+
+    walk(refs)

@@ -1,0 +1,28 @@
+"""The read side: what users and services do with an index.
+
+``open`` (an index, or an HDF5 file indexed on the fly, as a zarr group), ``open_nwb``
+(an NWBFile through hdmf-zarr), ``verify`` (every dataset against h5py), ``info`` (a
+summary), ``object_model``/``check`` (the hierarchy as a Zarr Object Model, and templates),
+the store that serves an index from memory (:class:`IndexStore`), freshness checks of an
+index against its source, and the local cache of indexes made on the fly.
+
+The cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
+``~/.cache/refindex``; ``REFINDEX_CACHE_DIR=off`` or ``cache=False`` turns it off.
+Entries are whole JSON indexes written atomically; deleting the folder is always safe.
+"""
+
+from ._consolidated import METADATA_NAMES, consolidation_differences, open_group
+from ._info import info
+from ._load import cache_folder, index_of_file, kind_of, load_index, load_refs, parquet_metadata
+from ._nwb import ExternalIndexes, ZarrTree, nwb_io_class, open_nwb, serve_from_memory
+from ._open import ReadOptions, index_store, open, reference_fs, store, store_of
+from ._provenance import check_source
+from ._schema import CheckReport, check, load_metadata, load_template, object_model
+from ._schema import dumps as zom_json
+from ._store import FetchStats, IndexStore, fsspec_range_reader
+from ._verify import VerifyReport, verify
+
+__all__ = ["METADATA_NAMES", "CheckReport", "ExternalIndexes", "FetchStats", "IndexStore", "ReadOptions", "VerifyReport", "ZarrTree",
+           "cache_folder", "check", "fsspec_range_reader", "check_source", "consolidation_differences", "index_of_file", "index_store",
+           "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "zom_json", "nwb_io_class", "object_model", "open",
+           "open_group", "open_nwb", "parquet_metadata", "serve_from_memory", "reference_fs", "store", "store_of", "verify"]

@@ -1,0 +1,87 @@
+"""A summary of an index: groups, arrays, chunks referenced, inline bytes and options, sources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import urls
+from ._load import CacheSetting, load_index, parquet_metadata
+
+
+def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True) -> dict[str, Any]:
+    """Summary of an index (or of an HDF5 file's index, made on the fly): groups, arrays, chunks
+    referenced, inline bytes, source files, and the options that decided what is inline."""
+    r, _ = load_index(refs, storage_options=storage_options, cache=cache)
+    if not isinstance(r, dict):
+        return _parquet_info(r, storage_options)
+    groups = arrays = chunks = inline_keys = inline_bytes = 0
+    referenced = 0
+    for key, value in r.get("refs", {}).items():
+        base = key.rsplit("/", 1)[-1]
+        if base == ".zgroup":
+            groups += 1
+        elif base == ".zarray":
+            arrays += 1
+        elif base.startswith("."):
+            continue
+        elif isinstance(value, list):
+            chunks += 1
+            referenced += int(value[2]) if len(value) > 2 else 0
+        else:
+            inline_keys += 1
+            inline_bytes += _inline_size(value)
+    return _summary(groups, arrays, chunks, referenced, inline_keys, inline_bytes, r.get("templates"),
+                    r.get("refindex", {}))
+
+
+def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys: int, inline_bytes: int,
+             templates: dict[str, str] | None, prov: dict[str, Any]) -> dict[str, Any]:
+    """The dict :func:`info` returns, for JSON and parquet indexes alike."""
+    return {
+        "groups": groups,
+        "arrays": arrays,
+        "chunks_referenced": chunks,
+        "bytes_referenced": referenced,
+        "inline_chunks": inline_keys,
+        "inline_bytes": inline_bytes,
+        "sources": sorted((templates or {}).values()),
+        "convention": prov.get("convention"),
+        "inline_options": {k: (prov.get("options") or {}).get(k)
+                           for k in ("inline_threshold", "inline_dataset_threshold", "inline_max")},
+        "skipped": prov.get("skipped", []),
+    }
+
+
+def _inline_size(value: str) -> int:
+    """Bytes an inline value stands for ("base64:..." text decodes; other text is UTF-8)."""
+    if value.startswith("base64:"):
+        b64 = value[7:]
+        return len(b64) * 3 // 4 - b64[-2:].count("=")
+    return len(value.encode("utf-8"))
+
+
+def _parquet_info(folder: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``info`` of a parquet index: metadata from ``.zmetadata``, counts from the record files."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    doc = parquet_metadata(folder, storage_options)
+    fs, root = urls.filesystem(folder, storage_options)
+    meta = doc.get("metadata", {})
+    groups = sum(k.rsplit("/", 1)[-1] == ".zgroup" for k in meta)
+    arrays = [k[: -len(".zarray")].rstrip("/") for k in meta if k.rsplit("/", 1)[-1] == ".zarray"]
+    chunks = inline_keys = inline_bytes = referenced = 0
+    for array in arrays:
+        base = root.rstrip("/") + "/" + array if array else root.rstrip("/")
+        for path in sorted(fs.glob(base + "/refs.*.parq")):
+            with fs.open(path, "rb") as fh:
+                table = pq.read_table(fh, columns=["path", "size", "raw"])
+            has_path = pc.is_valid(table["path"])
+            chunks += pc.sum(has_path).as_py() or 0
+            referenced += pc.sum(pc.if_else(has_path, table["size"], 0)).as_py() or 0
+            raw_valid = pc.is_valid(table["raw"])
+            inline_keys += pc.sum(raw_valid).as_py() or 0
+            inline_bytes += pc.sum(pc.binary_length(pc.drop_null(table["raw"]))).as_py() or 0
+    prov = doc.get("refindex", {})
+    return _summary(groups, len(arrays), chunks, referenced, inline_keys, inline_bytes, prov.get("templates"),
+                    prov) | {"format": "parquet"}

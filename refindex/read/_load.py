@@ -1,0 +1,185 @@
+"""Loading what a user hands to ``open``, ``open_nwb``, ``info``, ``verify`` or ``schema``: an index
+(JSON file, parquet folder, dict), or the HDF5 file itself.
+
+An index (JSON file, parquet folder, or a dict) is read as it is.  An HDF5 file or URL
+is scanned on the fly, and the index kept in a local cache keyed by the file's URL,
+size and etag/mtime (one ``info`` call), so opening it again in a later session costs
+that freshness check instead of a scan.  Anything else is refused with an error that
+says what it is.
+
+The cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
+``~/.cache/refindex``; ``REFINDEX_CACHE_DIR=off`` or ``cache=False`` turns it off.
+Entries are whole JSON indexes written atomically; deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from .. import urls
+from ..errors import RefindexError, SourceError
+from ..model import RefsDocument
+from ..options import ScanOptions
+from ..source import describe, filesystem_of, has_hdf5_signature, stat
+from ..writers import ZMETADATA
+
+Kind = Literal["json", "parquet", "hdf5"]
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
+CacheSetting = bool | str | os.PathLike | None
+
+
+def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
+    """Is ``target`` a JSON index, a parquet index folder or an HDF5 file?
+
+    Decided by the name where it says (``.json``, ``.nwb``, ``.h5``...), else by the first
+    bytes (one small read); a folder is a parquet index when it holds ``.zmetadata``.
+    """
+    name = target.split("?", 1)[0].rstrip("/").lower()
+    if name.endswith(".json"):
+        return "json"
+    if name.endswith(".parq") or target.endswith("/"):
+        return "parquet"
+    if name.endswith(HDF5_SUFFIXES):
+        return "hdf5"
+    fs, path = filesystem_of(target, storage_options)
+    try:
+        if urls.is_local(target):
+            if os.path.isdir(path):
+                if os.path.exists(os.path.join(path, ".zmetadata")):
+                    return "parquet"
+                raise RefindexError("a folder that is not a parquet index (no .zmetadata)", file=target)
+        head = fs.cat_file(path, start=0, end=64)
+    except FileNotFoundError as e:
+        if _exists(fs, path.rstrip("/") + "/.zmetadata"):
+            return "parquet"
+        raise SourceError("file not found", file=target) from e
+    except IsADirectoryError:
+        return "parquet"
+    if head.lstrip()[:1] == b"{":
+        return "json"
+    if head[:8] == b"\x89HDF\r\n\x1a\n":
+        return "hdf5"
+    size = fs.size(path)
+    if has_hdf5_signature(lambda off, n: head[off:off + n] if off + n <= len(head) else fs.cat_file(
+            path, start=off, end=off + n), size):
+        return "hdf5"
+    raise RefindexError(f"neither a reference index (JSON or parquet) nor an HDF5 file: {describe(head)}",
+                        file=target)
+
+
+def _exists(fs: Any, path: str) -> bool:
+    try:
+        return bool(fs.exists(path))
+    except Exception:
+        return False
+
+
+def cache_folder(cache: CacheSetting = True) -> Path | None:
+    """Where indexes made on the fly are kept (None: not kept)."""
+    if cache is False or cache is None:
+        return None
+    if cache is not True:
+        return Path(os.fspath(cache))
+    env = os.environ.get("REFINDEX_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("off", "0", "no", "false", "") else Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "refindex"
+
+
+def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
+                  options: ScanOptions | None = None) -> RefsDocument:
+    """The index of the HDF5 file ``url``: from the cache when the file is unchanged, else scanned now.
+
+    The cache key is the file's URL, size and etag/mtime (one ``info`` call), refindex's
+    version and the scan options; a changed file simply misses.
+    """
+    from ..pipeline import __version__, scan_refs
+    from ..writers import write_json
+
+    options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
+    folder = cache_folder(cache)
+    if folder is None:
+        return scan_refs(url, options)
+    where = urls.normalise(url)
+    now = stat(where, storage_options)
+    material = json.dumps({"url": where, "source": now, "refindex": __version__, "options": options.recorded(),
+                           "convention": options.convention}, sort_keys=True, default=repr)
+    entry = folder / (hashlib.sha256(material.encode()).hexdigest()[:40] + ".refs.json")
+    if entry.exists():
+        try:
+            refs = json.loads(entry.read_bytes())
+            if (refs.get("refindex") or {}).get("source", {}).get("size") == now.get("size"):
+                return refs
+        except (OSError, ValueError):
+            pass  # a damaged entry is scanned again and replaced
+    refs = scan_refs(where, options)
+    try:
+        write_json(refs, entry)
+    except OSError:  # a read-only or full cache never stops the read
+        pass
+    return refs
+
+
+def load_index(target: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
+               options: ScanOptions | None = None) -> tuple[Any, bool]:
+    """(index, fresh): a refs dict or a parquet folder path; ``fresh`` when it was just made or
+    checked against its source (so the caller need not check again)."""
+    if isinstance(target, dict):
+        return target, False
+    target = os.fspath(target)
+    kind = kind_of(target, storage_options)
+    if kind == "hdf5":
+        return index_of_file(target, storage_options=storage_options, cache=cache, options=options), True
+    return load_refs(target, storage_options), False
+
+
+def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
+    """A refs dict from a dict or a JSON file/URL, or a parquet folder (returned as its path).
+
+    A JSON index is fetched with one request (no listing or size probe first).
+    """
+    if isinstance(refs, dict):
+        return refs
+    path = os.fspath(refs)
+    fs, p = filesystem_of(path, storage_options)
+    if urls.is_local(path) and os.path.isdir(p):
+        return path  # parquet refs: fsspec's LazyReferenceMapper layout
+    try:
+        data = fs.cat_file(p)
+    except IsADirectoryError:
+        return path
+    except FileNotFoundError as e:
+        try:
+            if fs.exists(p.rstrip("/") + "/.zmetadata"):
+                return path
+        except Exception:
+            pass
+        raise SourceError("index not found", file=path) from e
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        head = bytes(data[:64])
+        why = f"its JSON is invalid ({e})" if head.lstrip()[:1] in (b"{", b"[") else describe(head)
+        raise RefindexError(f"neither a reference index (JSON or parquet) nor an HDF5 file: {why}", file=path) from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("refs", doc), dict):
+        raise RefindexError("JSON, but not a reference index (no \"refs\" mapping)", file=path)
+    return doc
+
+
+def parquet_metadata(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``.zmetadata`` document of a parquet index folder (local or fsspec URL)."""
+    fs, p = urls.filesystem(os.fspath(path), storage_options)
+    try:
+        doc = json.loads(fs.cat_file(p.rstrip("/") + "/" + ZMETADATA))
+    except FileNotFoundError as e:
+        raise RefindexError("not a parquet reference index (no .zmetadata)", file=os.fspath(path)) from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RefindexError(f"damaged .zmetadata: {e}", file=os.fspath(path)) from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        raise RefindexError("parquet reference index without metadata", file=os.fspath(path))
+    return doc

@@ -1,0 +1,450 @@
+"""Open NWB files through an index with hdmf-zarr's ``NWBZarrV2IO``, without per-object round trips.
+
+hdmf-zarr builds an NWB file by walking it object by object, and each call it makes
+into zarr crosses to zarr's event-loop thread (about 0.3 ms) and asks the store for
+keys; a file of a thousand objects spent most of its open there.  Everything that
+walk needs is in the index, in memory.  :class:`ZarrTree` makes the zarr groups and
+arrays from the index's consolidated metadata without reading the store;
+:func:`nwb_io_class`'s IO hands them to hdmf-zarr through the hooks it offers for
+that (``_iter_children``, ``resolve_ref``, ``_open_file*``).  Arrays are still zarr
+arrays, so data stays lazy and chunks are fetched concurrently, but three read
+patterns are served from memory, after values read through zarr itself:
+
+* every 0-d dataset (hdmf reads all of them while building), read in one batch;
+* an array read a second time, when it is small (:data:`SMALL_ARRAY_BYTES`): what
+  hdmf does with table columns, one row at a time;
+* table columns (``VectorData``, ``VectorIndex`` ...) up to :data:`TABLE_COLUMN_BYTES`.
+
+These go through zarr's public selection methods on the array instance; anything
+they do not cover (fields, ``out=``, several fancy axes) is left to zarr.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import weakref
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from .. import urls
+from ..errors import RefindexError, SourceError
+from ._consolidated import group_document, metadata_of
+from ._load import load_refs
+from ._open import ReadOptions, index_location, index_store, prepare, store_of
+from ._store import IndexStore
+
+SMALL_ARRAY_BYTES = 16 << 20
+TABLE_COLUMN_BYTES = 256 << 20
+TABLE_COLUMN_TYPES = frozenset({"VectorData", "VectorIndex", "ElementIdentifiers", "DynamicTableRegion"})
+_TREES: "weakref.WeakKeyDictionary[IndexStore, ZarrTree]" = weakref.WeakKeyDictionary()
+
+
+class ZarrTree:
+    """The zarr groups and arrays of one index, made from its consolidated metadata (no store reads)."""
+
+    def __init__(self, store: IndexStore):
+        import zarr
+        from zarr.core.group import AsyncGroup
+        from zarr.storage import StorePath
+
+        raw = store.inline(".zmetadata")
+        if raw is None:
+            raise RefindexError("the index has no consolidated metadata (.zmetadata)")
+        self.store = store
+        self.root: Any = zarr.Group(AsyncGroup.from_dict(StorePath(store, ""), group_document(
+            metadata_of(json.loads(raw)))))
+        self.flat = self.root.metadata.consolidated_metadata.flattened_metadata
+        self.children: dict[str, list[str]] = {}
+        for path in sorted(self.flat):
+            parent, _, name = path.rpartition("/")
+            self.children.setdefault(parent, []).append(name)
+        self._objects: dict[str, Any] = {"": self.root}
+        self._scalars: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, store: IndexStore) -> "ZarrTree":
+        tree = _TREES.get(store)
+        if tree is None:
+            tree = _TREES[store] = cls(store)
+        return tree
+
+    def get(self, path: str) -> Any:
+        """The zarr object at ``path`` ("a/b"; "" the root); KeyError when there is none."""
+        path = path.strip("/")
+        obj = self._objects.get(path)
+        if obj is not None:
+            return obj
+        import zarr
+        from zarr.core.array import AsyncArray
+        from zarr.core.group import AsyncGroup, GroupMetadata
+        from zarr.storage import StorePath
+
+        meta = self.flat[path]
+        where = StorePath(self.store, path)
+        if isinstance(meta, GroupMetadata):
+            obj = zarr.Group(AsyncGroup(metadata=meta, store_path=where))
+        else:
+            obj = zarr.Array(AsyncArray(metadata=meta, store_path=where))
+            self._speed_up(path, obj)
+        self._objects[path] = obj
+        return obj
+
+    # ------------------------------------------------------------------ arrays served from memory
+    def _speed_up(self, path: str, arr: Any) -> None:
+        if arr.ndim == 0:
+            value = self.scalars().get(path, _MISSING)
+            if value is not _MISSING:
+                serve_from_memory(arr, lambda: value)
+            return
+        raw = self._single_inline_chunk(path, arr.metadata)
+        if raw is not None:  # decoded here on first read, no trip through zarr
+            serve_from_memory(arr, partial(_whole_inline_array, arr.metadata, raw))
+            return
+        limit = TABLE_COLUMN_BYTES if arr.attrs.get("neurodata_type") in TABLE_COLUMN_TYPES else SMALL_ARRAY_BYTES
+        if _decoded_bytes(arr) <= limit:
+            serve_from_memory(arr, _whole_array_loader(arr), first_touch=limit == SMALL_ARRAY_BYTES)
+
+    def _single_inline_chunk(self, path: str, meta: Any) -> bytes | None:
+        """The inline bytes of a v2 array held in one chunk, or None."""
+        if getattr(meta, "zarr_format", None) != 2 or any(-(-s // c) != 1 for s, c in zip(meta.shape, meta.chunks)):
+            return None
+        key = meta.dimension_separator.join("0" * len(meta.shape)) if meta.shape else "0"
+        return self.store.inline(f"{path}/{key}")
+
+    def scalars(self) -> dict[str, Any]:
+        """Values of every 0-d array whose one chunk is inline (hdmf reads them all while building).
+
+        Decoded here with the array's own codecs and dtype, as zarr does, instead of one
+        trip through zarr's event loop each; a chunk that is not inline, or a value this
+        cannot decode, is left to zarr.
+        """
+        if self._scalars is None:
+            self._scalars = {}
+            for path, meta in self.flat.items():
+                if getattr(meta, "shape", None) != () or getattr(meta, "zarr_format", None) != 2:
+                    continue
+                raw = self.store.inline(f"{path}/0")
+                if raw is not None:
+                    try:
+                        self._scalars[path] = decode_chunk(meta, raw)[()]
+                    except Exception:
+                        pass
+        return self._scalars
+
+
+def decode_chunk(meta: Any, raw: bytes) -> np.ndarray:
+    """One chunk of a v2 array (``meta``) decoded as zarr decodes it: chunk shape, zarr's dtype."""
+    buf: Any = raw
+    if meta.compressor is not None:
+        buf = meta.compressor.decode(buf)
+    for codec in reversed(meta.filters or ()):
+        buf = codec.decode(buf)
+    dtype = meta.dtype.to_native_dtype()
+    if isinstance(buf, np.ndarray) and buf.dtype == object:  # vlen-utf8 / vlen-bytes
+        values = buf if dtype.kind == "O" else buf.astype(dtype)
+    else:
+        values = np.frombuffer(memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf, dtype=dtype)
+    if values.size != int(np.prod(meta.chunks, dtype=np.int64)):
+        raise ValueError("the chunk holds another number of elements than its shape")
+    return values.reshape(meta.chunks)
+
+
+def _whole_inline_array(meta: Any, raw: bytes) -> np.ndarray:
+    """``a[...]`` of an array held in one inline chunk (the chunk may be larger than the array)."""
+    return decode_chunk(meta, raw)[tuple(slice(0, n) for n in meta.shape)]
+
+
+_MISSING = object()
+
+
+def _decoded_bytes(arr: Any) -> int:
+    """Bytes ``arr`` takes in memory once read (object/string arrays: a generous estimate)."""
+    itemsize = arr.dtype.itemsize if arr.dtype.kind not in "OT" else 64
+    return int(np.prod(arr.shape, dtype=np.float64)) * max(1, itemsize)
+
+
+def _whole_array_loader(arr: Any):
+    from zarr import Array
+
+    return partial(Array.get_basic_selection, arr, Ellipsis)
+
+
+def serve_from_memory(arr: Any, load, first_touch: bool = False) -> None:
+    """Serve ``arr``'s basic and single-axis orthogonal selections from ``load()``'s values.
+
+    The values are what zarr itself returned for the whole array, indexed as zarr would.
+    ``first_touch``: the first read still goes through zarr for just its selection; the
+    whole array is loaded when it is read again.
+    """
+    from zarr import Array
+
+    state: dict[str, Any] = {"touched": not first_touch}
+
+    def values() -> Any:
+        if "values" not in state:
+            if not state["touched"]:
+                state["touched"] = True
+                return None
+            state["values"] = load()
+        return state["values"]
+
+    def basic(selection: Any = Ellipsis, *, out: Any = None, prototype: Any = None, fields: Any = None) -> Any:
+        if out is None and prototype is None and not fields:  # zarr passes [] for "no fields"
+            v = values()
+            if v is not None:
+                return _index(v, selection)
+        return Array.get_basic_selection(arr, selection, out=out, prototype=prototype, fields=fields or None)
+
+    def orthogonal(selection: Any, *, out: Any = None, fields: Any = None, prototype: Any = None) -> Any:
+        sel = selection if isinstance(selection, tuple) else (selection,)
+        if out is None and prototype is None and not fields and _one_fancy_axis(sel):
+            v = values()
+            if v is not None:
+                return _index(v, tuple(np.asarray(s) if isinstance(s, list) else s for s in sel))
+        return Array.get_orthogonal_selection(arr, selection, out=out, fields=fields or None, prototype=prototype)
+
+    arr.get_basic_selection = basic
+    arr.get_orthogonal_selection = orthogonal
+
+
+def _one_fancy_axis(sel: tuple) -> bool:
+    """At most one axis indexed by a list/array (then numpy's fancy indexing is zarr's orthogonal one)."""
+    fancy = 0
+    for s in sel:
+        if s is Ellipsis:
+            return False
+        if isinstance(s, (list, np.ndarray)):
+            a = np.asarray(s)
+            if a.ndim != 1 or a.dtype.kind not in "iub":
+                return False
+            fancy += 1
+    return fancy <= 1
+
+
+def _index(values: Any, selection: Any) -> Any:
+    """``values[selection]`` as zarr returns it: a new array (never a view of the values kept here),
+    0-d where numpy would give a scalar."""
+    if not isinstance(values, np.ndarray):  # a 0-d array read whole: zarr returns the scalar itself
+        return values
+    sel = selection if isinstance(selection, tuple) else (selection,)
+    if not any(s is Ellipsis for s in sel):
+        sel = sel + (Ellipsis,)
+    return values[sel].copy()
+
+
+# ---------------------------------------------------------------------- external links
+def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
+    """A copy of ``refs`` whose in-file links/attribute references (``source: "."``) name ``source``.
+
+    Objects read from a linked file are resolved by the IO of the file that links to them,
+    so their own links must say which file they live in.  (References stored inside
+    datasets of the linked file are left as they are.)
+    """
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {k: walk(x) for k, x in v.items()}
+            if out.get("source") == "." and "path" in out:
+                out["source"] = source
+            return out
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    new = {}
+    meta = {}
+    for key, value in refs["refs"].items():
+        base = key.rsplit("/", 1)[-1]
+        if base == ".zmetadata":
+            continue  # rebuilt below from the rewritten documents
+        if base == ".zattrs" and isinstance(value, str) and '"."' in value:
+            value = json.dumps(walk(json.loads(value)), allow_nan=True)
+        if base in (".zgroup", ".zarray", ".zattrs"):
+            meta[key] = json.loads(value)
+        new[key] = value
+    new[".zmetadata"] = json.dumps({"metadata": meta, "zarr_consolidated_format": 1}, allow_nan=True)
+    return {**refs, "refs": new}
+
+
+class ExternalIndexes:
+    """Opens the indexes of files that external links point into, by link ``source``.
+
+    Looks, in order, in ``external`` (a dict source -> refs, JSON path or URL), in the
+    index's ``refindex.external`` section (embedded ``refs`` or an ``index`` file beside
+    the index) and finally scans the HDF5 file next to the indexed file on the fly.
+    """
+
+    def __init__(self, refs: dict[str, Any], opts: ReadOptions, *, index_location: str | None = None,
+                 external: dict[str, Any] | None = None, scan_missing: bool = True):
+        self.refs = refs
+        self.opts = opts
+        self.index_location = index_location
+        self.external = external or {}
+        self.scan_missing = scan_missing
+        self._stores: dict[str, IndexStore] = {}
+
+    def _main_url(self) -> str | None:
+        return (self.refs.get("templates") or {}).get("u")
+
+    def refs_for(self, source: str) -> dict[str, Any]:
+        entry = ((self.refs.get("refindex") or {}).get("external") or {}).get(source) or {}
+        if source in self.external:
+            r = load_refs(self.external[source])
+        elif "refs" in entry:
+            r = entry["refs"]
+        elif "index" in entry and self.index_location:
+            r = load_refs(urls.beside(self.index_location, entry["index"]))
+        elif self.scan_missing and (entry.get("url") or self._main_url()):
+            from ..options import ScanOptions
+            from ..pipeline import scan_refs
+
+            r = scan_refs(entry.get("url") or urls.beside(self._main_url(), source), ScanOptions(convention="hdmf"))
+        else:
+            raise SourceError(f"no index for the externally linked file {source!r}", file=source)
+        if not isinstance(r, dict):
+            raise RefindexError("externally linked indexes must be JSON indexes", file=source)
+        return _rebase_self_refs(r, source)
+
+    def store(self, source: str) -> IndexStore:
+        if source not in self._stores:
+            r = self.refs_for(source)
+            label = "refindex:" + ((r.get("templates") or {}).get("u") or source)
+            self._stores[source] = index_store(r, self.opts, label=label)
+        return self._stores[source]
+
+
+# ---------------------------------------------------------------------- the IO class
+_IO_CLASS: Any = None
+
+
+def nwb_io_class() -> Any:
+    """``NWBZarrV2IO`` subclass that reads an :class:`IndexStore` from memory and resolves external links."""
+    global _IO_CLASS
+    if _IO_CLASS is not None:
+        return _IO_CLASS
+    from hdmf_zarr.backend import ROOT_NAME
+    from hdmf_zarr.backend_zarrv2 import UnsafePickleCodecError
+    from hdmf_zarr.nwb_zarrv2 import NWBZarrV2IO
+
+    def tree_of(store: Any) -> ZarrTree | None:
+        return ZarrTree.of(store) if isinstance(store, IndexStore) else None
+
+    class RefsNWBZarrV2IO(NWBZarrV2IO):
+        """``NWBZarrV2IO`` over an index: the hierarchy from memory, links into other indexed files.
+
+        hdmf-zarr 0.14 re-opens a reference's ``source`` relative to ``str(store)``,
+        which cannot work for a store object; here that source's own index is opened.
+        """
+
+        refindex_external: ExternalIndexes | None = None
+
+        @classmethod
+        def _open_for_namespaces(cls, store):
+            tree = tree_of(store)
+            return tree.root if tree is not None else super()._open_for_namespaces(store)
+
+        def _open_file(self, store, mode, storage_options=None):
+            tree = tree_of(store)
+            return tree.root if tree is not None else super()._open_file(store, mode, storage_options)
+
+        def _open_file_consolidated(self, store, mode, storage_options=None):
+            tree = tree_of(store)
+            return tree.root if tree is not None else super()._open_file_consolidated(store, mode, storage_options)
+
+        def _iter_children(self, zarr_obj):
+            tree = tree_of(zarr_obj.store)
+            if tree is None:
+                yield from super()._iter_children(zarr_obj)
+                return
+            path = zarr_obj.path
+            for name in tree.children.get(path, []):
+                child = tree.get(f"{path}/{name}" if path else name)
+                _refuse_pickle(child, self.allow_pickle, UnsafePickleCodecError)
+                yield name, child
+
+        def resolve_ref(self, zarr_ref):
+            ref = _as_ref(zarr_ref)
+            source = ref.get("source") if isinstance(ref, dict) else None
+            if source == ".":
+                tree = tree_of(self._file.store) if self._file is not None else None
+                if tree is not None:
+                    return _resolve_in(tree, ref.get("path"), ".", ROOT_NAME, self.allow_pickle,
+                                       UnsafePickleCodecError)
+            elif source is not None and self.refindex_external is not None:
+                tree = ZarrTree.of(self.refindex_external.store(source))
+                return _resolve_in(tree, ref.get("path"), source, ROOT_NAME, self.allow_pickle,
+                                   UnsafePickleCodecError)
+            return super().resolve_ref(zarr_ref)
+
+    _IO_CLASS = RefsNWBZarrV2IO
+    return _IO_CLASS
+
+
+def _as_ref(zarr_ref: Any) -> Any:
+    ref = zarr_ref
+    if isinstance(ref, np.ndarray) and ref.ndim == 0:
+        ref = ref[()]
+    if isinstance(ref, str):
+        try:
+            ref = json.loads(ref)
+        except json.JSONDecodeError:
+            ref = {"source": ".", "path": ref}  # hdmf-zarr's plain-path form
+    return ref
+
+
+def _resolve_in(tree: ZarrTree, path: str | None, source: str, root_name: str, allow_pickle: bool,
+                pickle_error: type[Exception]) -> tuple[str, Any]:
+    if not path or path == "/":
+        return root_name, tree.root
+    try:
+        target = tree.get(path)
+    except KeyError as e:
+        raise ValueError(f"Found bad link to object {path} in file {source}") from e
+    _refuse_pickle(target, allow_pickle, pickle_error)
+    return posixpath.basename(path.rstrip("/")), target
+
+
+def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None:
+    """hdmf-zarr's rule for v2 files: never decode the pickle codec unless the caller trusts the file."""
+    if allow_pickle or not hasattr(obj, "metadata") or not hasattr(obj.metadata, "filters"):
+        return
+    meta = obj.metadata
+    codecs = [meta.compressor, *(meta.filters or ())]
+    if any(getattr(c, "codec_id", None) == "pickle" for c in codecs):
+        raise error(f"Refusing to decode the unsafe pickle codec in {obj.name!r}; pass allow_pickle=True only "
+                    "if this file is trusted")
+
+
+def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
+             storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
+             remote_protocol: str | None = None, check_source: bool = True, cache: Any = True) -> Any:
+    """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO``, through its index or from the file itself.
+
+    ``refs``: an index (dict, JSON path/URL, parquet folder) or the NWB file (local path or
+    URL: indexed on the fly, the index kept in the local ``cache``, see :mod:`refindex.read`).
+    Returns the ``NWBFile``; arrays stay lazy (read on access).  The IO object is kept
+    on the returned file as ``nwbfile.refindex_io`` so it is not garbage collected.
+    Other keywords as for :func:`refindex.open`.
+
+    External links (``zarr_link`` entries whose ``source`` is another file) are resolved
+    through that file's index: embedded by ``scan(..., follow_external=True)``, written
+    beside the index by ``scan_to_file``/``refindex scan --follow-external``, given in
+    ``external`` (source -> refs dict or index path), or else (``scan_missing``) made on
+    the fly from the HDF5 file next to the indexed file.
+    """
+    loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
+                                                remote_protocol=remote_protocol, check_source=check_source,
+                                                cache=cache))
+    io = nwb_io_class()(path=store_of(loaded, opts), mode="r")
+    if isinstance(loaded, dict):
+        io.refindex_external = ExternalIndexes(loaded, opts, index_location=index_location(refs), external=external,
+                                               scan_missing=scan_missing)
+    nwbfile = io.read()
+    try:
+        nwbfile.refindex_io = io
+    except Exception:  # pragma: no cover - containers may refuse new attributes
+        pass
+    return nwbfile

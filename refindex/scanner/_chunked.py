@@ -1,0 +1,182 @@
+"""Chunked storage: every stored chunk referenced where it lies, straight from libhdf5's index.
+
+Chunks libhdf5 wrote with some filters skipped, and partial edge chunks stored unfiltered,
+cannot be decoded with the array's pipeline: they are decoded by libhdf5 and stored
+inline, re-encoded.  Tiny chunks are copied in (``inline_threshold``).
+"""
+
+from __future__ import annotations
+
+import array
+import gc
+from operator import itemgetter
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..codecs import DTypePlan, NoCodec, encode_chunk, filter_list, pipeline
+from ..errors import RefindexError
+from ..model import ArrayNode, ChunkTable, chunk_key
+from ..progress import NoProgress, Progress
+from ._checks import chunk_agrees, chunk_origin, damaged_table, lookups_disagree, unfiltered_edge_chunks
+from ._context import ScanContext, fill_value_of
+from ._inline import inline_decoded
+
+_U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
+GRID_PREALLOCATE = 1 << 24  # rows of a chunk-coordinate table allocated up front (the rest grow)
+BULK_INLINE = 10_000  # more tiny chunks than this are read in merged ranges, not one by one
+
+
+def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan, nd: np.dtype, dcpl: Any,
+            strpad: dict | None = None) -> ArrayNode:
+    dsid = d.id
+    chunks = tuple(int(c) for c in dcpl.get_chunk()) + plan.extra_shape
+    node.chunks = chunks
+    itemsize = nd.itemsize
+    chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * itemsize
+    try:
+        node.filters, node.compressor = pipeline(filter_list(dcpl), itemsize, chunk_nbytes)
+    except NoCodec as e:
+        return inline_decoded(ctx, d, node, plan, str(e))
+    if strpad:  # applied last when reading: after every HDF5 filter is undone
+        node.filters = [strpad] + (node.filters or [])
+    table, masks = chunk_table(d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape,
+                               progress=ctx.progress)
+    # Chunks left beyond the current extent (a dataset shrunk after writing) hold no elements.
+    grid = np.asarray([-(-n // c) for n, c in zip(node.shape, chunks)], dtype=np.int64)
+    inside = (table.coords < grid).all(axis=1) if len(table) else np.zeros(0, bool)
+    why = damaged_table(ctx, table)
+    if why:
+        raise ctx.fail(node.path, f"damaged chunk index: {why}", RefindexError)
+    if not inside.all():
+        # libhdf5 reports chunk positions outside the extent: its chunk index and its
+        # read path disagree (seen with extensible-array indexes from older writers),
+        # so only values read through libhdf5 are trustworthy.
+        return inline_decoded(ctx, d, node, plan, "chunk index lists chunks outside the dataset extent")
+    if lookups_disagree(ctx, d, table, chunks):
+        return inline_decoded(ctx, d, node, plan, "the chunk index finds other chunks by position than it "
+                              "lists (damaged chunk index?)")
+    odd_edges = unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
+    masks = masks | odd_edges.astype(np.uint32)
+    odd = masks != 0
+    small = table.sizes < np.uint64(ctx.opts.inline_threshold)
+    if odd.any():
+        # Chunks written with some filters skipped: decode them with h5py and store
+        # them inline encoded with the array's full pipeline.
+        try:
+            for i in np.nonzero(odd)[0]:
+                key = table.coords[i]
+                node.inline[chunk_key(key)] = reencode_chunk(d, node, key, nd)
+        except NotImplementedError:  # a decode-only codec (bitshuffle): inline all values
+            node.inline.clear()
+            return inline_decoded(ctx, d, node, plan, "chunks written with filters skipped, and the "
+                                  "pipeline cannot re-encode them")
+    tiny = np.nonzero(small & ~odd)[0]
+    if len(tiny) <= BULK_INLINE:
+        # libhdf5 looks each chunk up by its position: the bytes its own reads use.
+        for i in tiny:
+            coord = table.coords[i]
+            node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(chunk_origin(coord, chunks, len(d.shape)))[1])
+    else:  # many tiny chunks: a few merged reads instead of a libhdf5 call each
+        datas = ctx.read_many(None if table.url in (None, ctx.url) else table.url,
+                              table.offsets[tiny].tolist(), table.sizes[tiny].tolist())
+        for coord, raw in zip(table.coords[tiny].tolist(), datas):
+            node.inline[chunk_key(coord)] = raw
+        if ctx.want_sample_check():
+            for i in sorted({0, len(tiny) // 2, len(tiny) - 1}):
+                if not chunk_agrees(d, node, nd, table.coords[tiny[i]], datas[i]):
+                    node.inline.clear()
+                    return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values "
+                                          "than libhdf5 reads (damaged chunk index?)")
+    node.refs = table.take(~(odd | small))
+    if ctx.want_sample_check() and len(node.refs):
+        n = len(node.refs)
+        for i in sorted({0, n // 2, n - 1}):  # first, middle and last stored chunk
+            coord = node.refs.coords[i]
+            raw = ctx.read_file(None, int(node.refs.offsets[i]), int(node.refs.sizes[i]))
+            if not chunk_agrees(d, node, nd, coord, raw):
+                node.inline.clear()
+                node.refs = None
+                return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values than "
+                                      "libhdf5 reads (damaged chunk index?)")
+    return node
+
+
+def chunk_table(d: h5py.Dataset, ndim: int, chunks: Any, extra: Any = (), *, preallocate: int = GRID_PREALLOCATE,
+                progress: Progress | None = None) -> tuple[ChunkTable, np.ndarray]:
+    """One pass of ``chunk_iter`` into numpy columns (no per-chunk Python objects kept); (table, filter masks).
+
+    The callback only extends a short list with each ``StoreInfo``; every 1,024 chunks
+    the list goes into numpy/``array.array`` columns (grid coordinates, filter masks,
+    byte offsets, sizes) that numpy views without a copy at the end.  Coordinates go
+    straight into an array sized for the chunk grid, up to ``preallocate`` rows
+    (pages the OS maps only when written); chunks beyond that (huge grids, or an index
+    listing more chunks than the grid holds) grow in an ``array.array``.  Memory stays
+    near 8 bytes per integer kept (about 40 bytes a chunk for 2-D data) and the
+    per-chunk Python work is one list extend.
+    """
+    progress = progress or NoProgress()
+    pending: list = []
+    extend = pending.extend
+    grid = int(np.prod([-(-int(s) // int(c)) for s, c in zip(d.shape[:ndim], chunks[:ndim])], dtype=np.float64))
+    table = np.empty((max(0, min(grid, preallocate)), ndim), np.int64)
+    filled = 0
+    overflow = array.array("q")  # row-major element offsets beyond ``table``
+    columns = [array.array(_U32), array.array("Q"), array.array("Q")]  # filter mask, byte offset, size
+    limit = 4 * 1024  # small batches: the tuples freed at each flush are reused at once
+
+    def flush() -> None:
+        nonlocal filled
+        if not pending:
+            return
+        starts = pending[0::4]
+        m = len(starts)
+        room = 0 if overflow else min(m, len(table) - filled)
+        block = table[filled:filled + m] if room == m else np.empty((m, ndim), np.int64)
+        for i in range(ndim):  # a dimension at a time: faster than flattening the tuples
+            block[:, i] = np.fromiter(map(itemgetter(i), starts), np.int64, count=m)
+        if room < m:  # the table is full: the rest grows in ``overflow``
+            table[filled:filled + room] = block[:room]
+            overflow.frombytes(memoryview(block[room:]).cast("B"))
+        filled += room
+        for i, col in enumerate(columns):
+            col.fromlist(pending[1 + i::4])
+        pending.clear()
+        progress.chunks(m)
+
+    def cb(info: Any) -> None:
+        extend(info)  # chunk_offset, filter_mask, byte_offset, size
+        if len(pending) >= limit:
+            flush()
+
+    # The collector would scan the pending StoreInfo tuples again and again: nothing
+    # here forms reference cycles, so it is paused for the pass.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        d.id.chunk_iter(cb)
+    finally:
+        if was_enabled:
+            gc.enable()
+    flush()
+    n = len(columns[0])
+    coords = table[:filled] if 2 * filled >= len(table) else table[:filled].copy()  # sparse: the rest freed on return
+    if overflow:
+        coords = np.concatenate([coords, np.frombuffer(overflow, np.int64).reshape(-1, ndim)])
+    coords //= np.asarray(chunks[:ndim], np.int64)  # element offsets -> grid indices, in place
+    if extra:  # trailing dimensions of string-as-array types: always chunk 0
+        coords = np.concatenate([coords, np.zeros((n, len(extra)), np.int64)], axis=1)
+    masks, offsets, sizes = (np.frombuffer(c, np.dtype(c.typecode)) if n else np.zeros(0, np.dtype(c.typecode))
+                             for c in columns)
+    return ChunkTable(coords, offsets, sizes, None), masks
+
+
+def reencode_chunk(d: h5py.Dataset, node: ArrayNode, coord: Any, nd: np.dtype) -> bytes:
+    """One chunk as libhdf5 reads it, encoded with the array's full pipeline."""
+    ndim = len(d.shape)
+    sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
+    data = d[sel]
+    full = np.full(node.chunks, fill_value_of(d, nd), dtype=nd) if nd.names is None else np.zeros(node.chunks, nd)
+    full[tuple(slice(0, s.stop - s.start) for s in sel)] = data
+    return encode_chunk(full, node.filters, node.compressor)

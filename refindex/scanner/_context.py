@@ -1,0 +1,104 @@
+"""What every part of a scan shares: one :class:`ScanContext` per scanned file.
+
+The layouts, attribute readers and the walk are functions over a context rather than
+methods of one scanner class, so a virtual dataset's source file is indexed by the same
+functions with a context of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import h5py
+
+try:  # filter plugins, so libhdf5 decodes what must be inlined and what the checks compare with
+    import hdf5plugin  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+from ..compare import object_key
+from ..errors import RefindexError, UnsupportedError
+from ..model import ArrayNode, ChunkTable, Tree
+from ..options import ScanOptions
+from ..progress import NoProgress, Progress
+
+# (url or None for the scanned file, offsets, sizes) -> the bytes of each range, in few requests
+ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
+# url -> (fsspec filesystem, path) for other files (external storage, virtual dataset sources)
+FsFor = Callable[[str], tuple[Any, str]]
+
+
+def _local_fs(url: str) -> tuple[Any, str]:
+    from .. import urls
+
+    return urls.filesystem(url)
+
+
+@dataclass
+class ScanContext:
+    """One scanned file: the open file, where references point, options, the tree being built."""
+
+    f: h5py.File
+    url: str  # what the references point at
+    file_size: int
+    opts: ScanOptions
+    read_many: ReadMany
+    fs_for: FsFor = _local_fs
+    label: str = ""  # how errors name the file (the URL it was read from)
+    progress: Progress = field(default_factory=NoProgress)
+    tree: Tree = field(init=False)
+    canonical: dict[tuple, str] = field(default_factory=dict)  # object identity -> its first path
+    phony: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # group -> (phony dim name, size)
+    dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
+    # Small chunks to copy into the index, read together once the walk is done.
+    deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.url
+        self.tree = Tree(url=self.url)
+
+    def fail(self, path: str | None, reason: str, exc: type[RefindexError] = UnsupportedError) -> RefindexError:
+        """The error to raise for ``path`` (``exc(reason)`` naming this file and that object)."""
+        return exc(reason, file=self.label, path=path)
+
+    def read_file(self, url: str | None, start: int, length: int) -> bytes:
+        """Bytes of the scanned file (``url`` None or its own URL) or of another file."""
+        return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
+
+    def canonical_path(self, obj: Any) -> str:
+        """The path an object is indexed under (its first name, sorted depth-first)."""
+        return self.canonical.get(object_key(obj)) or obj.name
+
+    @property
+    def remote(self) -> bool:
+        """Is the scanned file read through fsspec from another machine (not a local path)?"""
+        return "://" in self.label and not self.label.startswith("file://")
+
+    def want_sample_check(self) -> bool:
+        """Compare sampled chunks with libhdf5's reads? (default: local files only, remotely each is a request)"""
+        opt = self.opts.check_sample
+        return (not self.remote) if opt is None else bool(opt)
+
+    def for_file(self, f: h5py.File, url: str, file_size: int) -> "ScanContext":
+        """A context for a virtual dataset's source file (maybe this one), read the way this one
+        is read; its chunks are checked against the virtual dataset's values, not on their own."""
+        read_many = self.read_many
+        if url != self.url:
+            outer = self.read_many
+
+            def read_many(u: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
+                return outer(url if u is None else u, offsets, sizes)
+
+        return ScanContext(f, url, file_size, replace(self.opts, check_sample=False), read_many, self.fs_for,
+                           label=url, progress=self.progress)
+
+
+def fill_value_of(d: h5py.Dataset, nd: Any) -> Any:
+    """HDF5's fill value of ``d`` (zeros of ``nd`` where libhdf5 cannot say)."""
+    import numpy as np
+
+    try:
+        return d.fillvalue
+    except Exception:
+        return np.zeros((), nd)[()]

@@ -1,0 +1,83 @@
+"""One dataset -> one :class:`~refindex.model.ArrayNode`: its datatype plan, attributes,
+dimension names, then the layout that decides where its chunks' bytes are."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from ..codecs import DTypePlan, fill_value_json, plan_dtype, string_padding
+from ..model import ArrayNode, chunk_key
+from ._attrs import attributes_of, ref_json, unsafe_type
+from ._chunked import chunked
+from ._context import ScanContext, fill_value_of
+from ._contiguous import contiguous, external_storage
+from ._dims import dims_of, phony_dim
+from ._inline import inline_converted, inline_decoded
+from ._virtual import sources_unreadable, virtual_by_reference
+
+
+def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
+    dsid = d.id
+    dcpl = dsid.get_create_plist()
+    why = unsafe_type(dsid.get_type())
+    if why:
+        raise ctx.fail(path, why)
+    dt = d.dtype
+    try:
+        plan = plan_dtype(dt, lambda r: ref_json(ctx, r))
+    except ValueError as e:
+        raise ctx.fail(path, str(e)) from e
+    attrs = attributes_of(ctx, d, path)
+    attrs.update(plan.attrs)
+    oid = attrs.get("object_id") if isinstance(attrs.get("object_id"), str) else None
+
+    if d.shape is None:  # null dataspace: no elements, not even a scalar
+        node = ArrayNode(path, (0,), (1,), plan.dtype if plan.dtype is not None else "|u1", None,
+                         attrs=attrs, kind=plan.kind, object_id=oid)
+        node.filters = [plan.object_codec] if plan.object_codec else None
+        node.attrs["refindex_null_dataspace"] = True
+        node.attrs["_ARRAY_DIMENSIONS"] = [phony_dim(ctx, path, 0, [])]
+        return node
+
+    shape = tuple(int(s) for s in d.shape) + plan.extra_shape
+    node = ArrayNode(path, shape, shape, plan.dtype, None, attrs=attrs, kind=plan.kind,
+                     scalar=(d.shape == ()), object_id=oid)
+    node.attrs["_ARRAY_DIMENSIONS"] = dims_of(ctx, d, path, len(plan.extra_shape))
+
+    if d.is_virtual:
+        return virtual(ctx, d, node, plan)
+    if dcpl.get_external_count() > 0:
+        return external_storage(ctx, d, node, plan, dcpl)
+    if not plan.raw:
+        return inline_converted(ctx, d, node, plan)
+
+    nd = plan.numpy_dtype if plan.numpy_dtype is not None else dt
+    node.fill_value = fill_value_json(fill_value_of(d, nd), nd)
+    layout = dcpl.get_layout()
+    if layout == h5py.h5d.COMPACT:
+        node.chunks = tuple(max(1, s) for s in shape)
+        if d.size:
+            data = np.ascontiguousarray(d[()])
+            node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
+        return node
+    strpad = string_padding(dsid.get_type())
+    if layout == h5py.h5d.CONTIGUOUS:
+        node = contiguous(ctx, d, node, nd)
+        if strpad:
+            node.filters = [strpad]
+        return node
+    if layout == h5py.h5d.CHUNKED:
+        return chunked(ctx, d, node, plan, nd, dcpl, strpad)
+    raise ctx.fail(path, f"unknown storage layout {layout}")
+
+
+def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
+    """References into the source files where the mappings allow it, else inline values."""
+    done, why = virtual_by_reference(ctx, d, node, plan)
+    if done is not None:
+        return done
+    problem = sources_unreadable(ctx, d)
+    if problem:  # the values libhdf5 would give are fill values, not the data
+        raise ctx.fail(node.path, f"virtual dataset cannot be indexed by reference ({why}), and {problem}")
+    return inline_decoded(ctx, d, node, plan, f"virtual dataset (data gathered from its source files: {why})")

@@ -1,0 +1,174 @@
+"""The walk over a file: every object's identity first, then groups, links and datasets in order."""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from typing import Any
+
+import h5py
+
+from ..codecs import jsonable
+from ..compare import object_key
+from ..errors import RefindexError
+from ..model import GroupNode, LinkNode, Tree, join
+from ..safety import resolve_inside
+from ._attrs import attributes_of, object_id_of
+from ._context import ScanContext
+from ._dataset import build_array
+from ._inline import defer_small, read_deferred
+
+_NC_DIMENSION_ONLY = "This is a netCDF dimension but not a netCDF variable"
+
+
+def scan_file(ctx: ScanContext) -> Tree:
+    """Walk ``ctx.f`` into ``ctx.tree``: every group, dataset and link, small chunks read at the end."""
+    t0 = time.perf_counter()
+    ctx.tree.root_object_id = object_id_of(ctx.f)
+    index_objects(ctx)
+    visit_group(ctx, ctx.f, "/")
+    read_deferred(ctx)
+    ctx.tree.provenance["scan_seconds"] = round(time.perf_counter() - t0, 4)
+    return ctx.tree
+
+
+def children(ctx: ScanContext, g: h5py.Group, path: str) -> list[str]:
+    try:
+        return sorted(g.keys())
+    except Exception as e:
+        raise ctx.fail(path, f"cannot list group members: {e}", RefindexError) from e
+
+
+def index_objects(ctx: ScanContext) -> None:
+    """First pass over hard links: the canonical (first, sorted depth-first) path of every object."""
+    stack: list[tuple[str, Any]] = [("/", ctx.f)]
+    ctx.canonical[object_key(ctx.f)] = "/"
+    datasets = 0
+    while stack:
+        path, g = stack.pop()
+        kids = []
+        for name in children(ctx, g, path):
+            try:
+                info = g.id.links.get_info(name.encode("utf-8"))
+            except Exception as e:
+                raise ctx.fail(join(path, name), f"cannot read link: {e}", RefindexError) from e
+            if info.type != h5py.h5l.TYPE_HARD:
+                continue
+            child = join(path, name)
+            try:  # the object's identity without opening it (what object_key reads from an open one)
+                st = h5py.h5g.get_objinfo(g.id, name.encode("utf-8"))
+                key = (st.fileno, st.objno)
+                if key in ctx.canonical:
+                    continue
+                ctx.canonical[key] = child
+                if st.type == h5py.h5g.GROUP:
+                    kids.append((child, g[name]))
+                elif st.type == h5py.h5g.DATASET:
+                    datasets += 1
+            except Exception as e:
+                raise ctx.fail(child, f"cannot open object: {e}", RefindexError) from e
+        stack.extend(reversed(kids))
+    ctx.progress.start(datasets)
+
+
+def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
+    ctx.tree.groups[path] = GroupNode(path, attributes_of(ctx, g, path), object_id_of(g))
+    for name in children(ctx, g, path):
+        child = join(path, name)
+        if "\\" in name:
+            # zarr reads "\\" in a key as "/": the object would vanish from the index.
+            err = ctx.fail(child, "names containing a backslash cannot be zarr keys")
+            if ctx.opts.on_unsupported == "skip":
+                ctx.tree.skipped.append({"path": child, "reason": err.reason})
+                continue
+            raise err
+        info = g.id.links.get_info(name.encode("utf-8"))
+        if info.type == h5py.h5l.TYPE_SOFT:
+            ctx.tree.links.append(soft_link(ctx, g, name, path))
+            continue
+        if info.type == h5py.h5l.TYPE_EXTERNAL:
+            ctx.tree.links.append(external_link(ctx, g, name, path))
+            continue
+        if info.type != h5py.h5l.TYPE_HARD:
+            ctx.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
+            continue
+        obj = g[name]
+        canon = ctx.canonical.get(object_key(obj))
+        if canon != child:
+            ctx.tree.links.append(LinkNode(name, path, "hard", canon, target_object_id=object_id_of(obj)))
+            continue
+        if isinstance(obj, h5py.Group):
+            visit_group(ctx, obj, child)
+        elif isinstance(obj, h5py.Dataset) and netcdf_dimension_only(obj):
+            # A netCDF-4 dimension without a variable is a placeholder scale with no data;
+            # as an array, xarray would show it as a bogus coordinate.  The dimension
+            # survives as a name in _ARRAY_DIMENSIONS of the arrays that use it.
+            ctx.tree.provenance.setdefault("omitted", []).append(
+                {"path": child, "reason": "netCDF dimension without a variable (holds no data)"})
+        elif isinstance(obj, h5py.Dataset):
+            visit_dataset(ctx, obj, child)
+        # Committed datatypes hold no data; they are not part of the zarr view.
+
+
+def netcdf_dimension_only(d: h5py.Dataset) -> bool:
+    """The placeholder scale netCDF-4 writes for a dimension that has no coordinate variable."""
+    try:
+        if "NAME" not in d.attrs or not h5py.h5ds.is_scale(d.id) or d.id.get_storage_size():
+            return False  # only never-written placeholders: anything with stored bytes is kept
+        return str(jsonable(d.attrs["NAME"])).startswith(_NC_DIMENSION_ONLY)
+    except Exception:
+        return False
+
+
+def soft_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNode:
+    link = g.get(name, getlink=True)
+    written = link.path
+    target = written if written.startswith("/") else posixpath.normpath(join(parent, written))
+    try:
+        obj = g[name]
+    except Exception:
+        obj = None
+    if obj is None:
+        return LinkNode(name, parent, "soft", target, resolved=False)
+    return LinkNode(name, parent, "soft", ctx.canonical_path(obj), target_object_id=object_id_of(obj))
+
+
+def external_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNode:
+    """An external link; when libhdf5 can open the other file, its target's ids are recorded too."""
+    link = g.get(name, getlink=True)
+    node = LinkNode(name, parent, "external", link.path, file=link.filename, resolved=False)
+    try:  # libhdf5 opens the other file to resolve the link: only inside the allowed root
+        resolve_inside(link.filename, ctx.url, allowed_root=ctx.opts.allowed_root,
+                       allow_outside=ctx.opts.allow_outside)
+    except RefindexError:
+        return node
+    try:
+        obj = g[name]
+    except Exception:  # the other file is missing or unreachable: keep the link unresolved
+        return node
+    node.resolved = True
+    node.target_object_id = object_id_of(obj)
+    node.target_root_object_id = object_id_of(obj.file)
+    return node
+
+
+def visit_dataset(ctx: ScanContext, d: h5py.Dataset, path: str) -> None:
+    """Index one dataset; what cannot be represented fails, or is recorded with ``on_unsupported="skip"``."""
+    try:
+        try:
+            node = build_array(ctx, d, path)
+        except RefindexError as e:
+            if ctx.opts.on_unsupported != "skip":
+                raise
+            ctx.tree.skipped.append({"path": path, "reason": e.reason})
+            return
+        except Exception as e:
+            err = ctx.fail(path, f"{type(e).__name__}: {e}")
+            if ctx.opts.on_unsupported != "skip":
+                raise err from e
+            ctx.tree.skipped.append({"path": path, "reason": err.reason})
+            return
+        defer_small(ctx, node)
+        ctx.tree.arrays[path] = node
+    finally:
+        ctx.progress.dataset_done()

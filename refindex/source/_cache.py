@@ -1,0 +1,216 @@
+"""A read cache shaped for how libhdf5 reads a remote file's metadata.
+
+Many small reads scattered over the file, each waiting for the previous one: blocks are
+kept for the whole scan (metadata is re-read often, the file is never re-read twice by a
+scan), adjacent missing blocks are fetched in one request, head and tail of the file are
+fetched together on open, and every request, round trip and byte is counted so
+``refindex scan --stats`` can report them.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SourceError
+from ..options import CacheOptions
+from ._retry import with_retries
+
+
+@dataclass
+class ReadStats:
+    requests: int = 0
+    bytes_fetched: int = 0
+    seconds: float = 0.0
+    round_trips: int = 0  # waits: concurrent requests count once
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "round_trips": self.round_trips, "bytes_fetched": self.bytes_fetched,
+                "fetch_seconds": round(self.seconds, 4)}
+
+
+class BlockCache(io.RawIOBase):
+    """A read-only, seekable file over ``fs.cat_file`` with a keep-everything block cache."""
+
+    def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None):
+        super().__init__()
+        self.fs = fs
+        self.path = path
+        self.size = int(size)
+        self.opts = options or CacheOptions()
+        self.stats = stats or ReadStats()
+        self.blocks: dict[int, bytes] = {}
+        self.pos = 0
+        self._lock = threading.Lock()
+        head = min(self.size, self.opts.first_read)
+        tail = max(head, self.size - self.opts.tail_read) if self.opts.tail_read else self.size
+        ranges = [(0, head)] if head else []
+        if tail < self.size:
+            ranges.append((tail, self.size))
+        if ranges:
+            self._fetch_ranges(ranges)
+
+    # io.RawIOBase protocol -------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 0:
+            self.pos = offset
+        elif whence == 1:
+            self.pos += offset
+        else:
+            self.pos = self.size + offset
+        return self.pos
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self.size - self.pos
+        data = self.read_range(self.pos, self.pos + n)
+        self.pos += len(data)
+        return data
+
+    # cache -----------------------------------------------------------------
+    def read_range(self, start: int, end: int) -> bytes:
+        start, end = max(0, start), min(self.size, end)
+        if end <= start:
+            return b""
+        bs = self.opts.block_size
+        first, last = start // bs, (end - 1) // bs
+        with self._lock:
+            missing = [i for i in range(first, last + 1) if i not in self.blocks]
+            if missing:
+                self._fetch_blocks(missing)
+            return self._cached(start, end)
+
+    def _cached(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` from blocks that are all cached."""
+        bs = self.opts.block_size
+        first, last = start // bs, (end - 1) // bs
+        buf = b"".join(self.blocks[i] for i in range(first, last + 1))
+        off = start - first * bs
+        return buf[off : off + (end - start)]
+
+    def prefetch(self, offsets: list[int]) -> None:
+        """Fetch the blocks holding ``offsets`` (with neighbours) that are not cached yet, at once."""
+        bs = self.opts.block_size
+        with self._lock:
+            missing = sorted({o // bs for o in offsets if 0 <= o < self.size} - self.blocks.keys())
+            if missing:
+                self._fetch_blocks(missing)
+
+    def _fetch_blocks(self, missing: list[int]) -> None:
+        """Fetch ``missing`` blocks and their uncached neighbours; runs in one round trip."""
+        bs = self.opts.block_size
+        nblocks = -(-self.size // bs)
+        n = max(0, self.opts.neighbours)
+        want = sorted({j for i in missing for j in range(max(0, i - n), min(nblocks, i + n + 1))
+                       if j not in self.blocks} | set(missing))
+        gap_blocks = self.opts.max_gap // bs
+        runs: list[list[int]] = [[want[0], want[0]]]
+        for i in want[1:]:
+            if i - runs[-1][1] - 1 <= gap_blocks:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        self._fetch_ranges([(a * bs, min(self.size, (b + 1) * bs)) for a, b in runs])
+
+    def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetch block-aligned ``ranges`` into the cache, several at once when the filesystem allows it."""
+        bs = self.opts.block_size
+        ranges = [((a // bs) * bs, min(self.size, -(-b // bs) * bs)) for a, b in ranges]
+        for (start, end), data in zip(ranges, self._get(ranges)):
+            for off in range(0, end - start, bs):
+                self.blocks[(start + off) // bs] = data[off : off + bs]
+
+    def _get(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of ``ranges`` in one round trip (concurrent requests), retried, counted, checked."""
+        t0 = time.perf_counter()
+
+        def fetch() -> list[Any]:
+            if len(ranges) == 1:
+                datas: list[Any] = [self.fs.cat_file(self.path, start=ranges[0][0], end=ranges[0][1])]
+            else:  # async filesystems (http, s3, gcs) run these concurrently
+                datas = self.fs.cat_ranges([self.path] * len(ranges), [a for a, _ in ranges],
+                                           [b for _, b in ranges])
+            for d in datas:
+                if isinstance(d, BaseException):
+                    raise d
+            return datas
+
+        try:
+            datas = with_retries(fetch)
+        except FileNotFoundError as e:
+            raise SourceError(f"file not found ({e})", file=self.path) from e
+        except SourceError:
+            raise
+        except Exception as e:  # network and permission errors from any backend
+            where = ", ".join(f"{a}-{b}" for a, b in ranges)
+            raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
+        self.stats.seconds += time.perf_counter() - t0
+        self.stats.round_trips += 1
+        for (start, end), data in zip(ranges, datas):
+            self.stats.requests += 1
+            self.stats.bytes_fetched += len(data)
+            if len(data) != end - start:
+                raise SourceError(f"short read at {start}: got {len(data)} of {end - start} bytes", file=self.path)
+        return datas
+
+    def read_ranges(self, offsets: list[int], sizes: list[int]) -> list[bytes]:
+        """Many ``(offset, size)`` ranges: cached ones from the blocks, the rest in one round trip.
+
+        The rest is fetched exactly (ranges close to each other merged), not as whole
+        blocks: small values scattered over a file (scalars beside large data) would
+        otherwise cost a block each.  Those bytes are not kept.
+        """
+        bs = self.opts.block_size
+        out: list[bytes | None] = [None] * len(offsets)
+        todo: list[int] = []
+        with self._lock:
+            for i, (o, n) in enumerate(zip(offsets, sizes)):
+                blocks = range(o // bs, (o + n - 1) // bs + 1) if n else range(0)
+                if all(b in self.blocks for b in blocks):
+                    out[i] = self._cached(o, o + n) if n else b""
+                else:
+                    todo.append(i)
+            if todo:
+                spans, where = merge_ranges([offsets[i] for i in todo], [sizes[i] for i in todo])
+                datas = self._get(spans)
+                for i, (span, at) in zip(todo, where):
+                    out[i] = datas[span][at : at + sizes[i]]
+        return [b if b is not None else b"" for b in out]
+
+
+def merge_ranges(offsets: list[int], sizes: list[int], max_gap: int = 64 << 10,
+                 max_span: int = 64 << 20) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Byte ranges merged where they lie close: (spans, and per input range its (span, offset in span)).
+
+    A gap of ``max_gap`` bytes costs less to transfer than a request costs to wait for;
+    no span grows beyond ``max_span``.
+    """
+    order = sorted(range(len(offsets)), key=offsets.__getitem__)
+    spans: list[tuple[int, int]] = []
+    where: list[tuple[int, int]] = [(0, 0)] * len(offsets)
+    for i in order:
+        start, end = offsets[i], offsets[i] + sizes[i]
+        if spans and start - spans[-1][1] <= max_gap and end - spans[-1][0] <= max_span:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+        where[i] = (len(spans) - 1, start - spans[-1][0])
+    return spans, where

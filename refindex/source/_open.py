@@ -1,0 +1,206 @@
+"""Open the bytes of an HDF5 file, local or remote, for h5py; what a file is when it is not HDF5.
+
+Local files are opened by path (libhdf5's own I/O is fastest there).  Remote files go
+through fsspec behind :class:`~refindex.source.BlockCache`, whose cache
+:func:`~refindex.source.prefetch_tree` warms a tree level at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .. import urls
+from ..errors import NotHDF5Error, SourceError
+from ..options import CacheOptions
+from ._cache import BlockCache, ReadStats, merge_ranges
+from ._prefetch import prefetch_tree
+from ._retry import with_retries
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+@dataclass
+class Source:
+    """An opened input: the h5py File plus what the index must record about it."""
+
+    h5: Any
+    url: str  # what the refs point at
+    size: int
+    protocol: str
+    stats: ReadStats = field(default_factory=ReadStats)
+    info: dict[str, Any] = field(default_factory=dict)  # size, etag/mtime for provenance
+    fs: Any = None
+    path: str = ""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    cache: BlockCache | None = None  # remote files: the metadata read cache libhdf5 reads through
+
+    def fs_for(self, url: str) -> tuple[Any, str]:
+        """(filesystem, path) of another file the scan needs (external storage, VDS sources, links).
+
+        Files under the same protocol as the source get the source's storage options
+        (endpoint, credentials), so a sibling object in the same bucket is reachable.
+        """
+        protocol, _ = urls.split(url)
+        return urls.filesystem(url, self.storage_options if protocol == self.protocol else None)
+
+    def read_many(self, url: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
+        """Byte ranges of the scanned file (``url`` None) or of another file next to it, in few requests.
+
+        Remote: what the metadata cache holds is served from it, the rest comes in one round
+        trip of concurrent requests; ranges close to each other are read as one.
+        """
+        offsets, sizes = [int(o) for o in offsets], [int(n) for n in sizes]
+        if not offsets:
+            return []
+        if url is None and self.cache is not None:
+            return self.cache.read_ranges(offsets, sizes)
+        fs, path = (self.fs, self.path) if url is None else self.fs_for(url)
+        spans, where = merge_ranges(offsets, sizes)
+        try:
+            if len(spans) == 1:
+                datas = [with_retries(fs.cat_file, path, start=spans[0][0], end=spans[0][1])]
+            else:
+                datas = with_retries(fs.cat_ranges, [path] * len(spans), [a for a, _ in spans], [b for _, b in spans])
+        except FileNotFoundError as e:
+            raise SourceError("file not found", file=url or self.url) from e
+        for (a, b), d in zip(spans, datas):
+            if isinstance(d, BaseException):
+                raise SourceError(f"could not read bytes {a}-{b}: {d}", file=url or self.url) from d
+            if len(d) != b - a:
+                raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=url or self.url)
+        return [datas[span][at : at + n] for (span, at), n in zip(where, sizes)]
+
+
+def file_info(fs: Any, path: str) -> dict[str, Any]:
+    """What an index records about its source: size, and etag and/or mtime when the store has them."""
+    try:
+        info = with_retries(fs.info, path)
+    except FileNotFoundError as e:
+        raise SourceError("file not found", file=path) from e
+    except PermissionError as e:
+        raise SourceError(f"permission denied ({e})", file=path) from e
+    except Exception as e:
+        raise SourceError(f"could not stat file: {e}", file=path) from e
+    out: dict[str, Any] = {"size": int(info.get("size") or 0)}
+    for key in ("ETag", "etag", "md5Hash", "generation"):
+        if info.get(key):
+            out["etag"] = str(info[key]).strip('"')
+            break
+    mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or info.get("updated")
+    if mtime is not None:
+        out["mtime"] = mtime.isoformat() if hasattr(mtime, "isoformat") else float(mtime)
+    return out
+
+
+def filesystem_of(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) of ``url``; a failure to make the filesystem is a SourceError naming it."""
+    try:
+        return urls.filesystem(url, storage_options)
+    except Exception as e:
+        raise SourceError(f"cannot open filesystem for {urls.split(url)[0]}://: {e}", file=url) from e
+
+
+def stat(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`file_info` of ``url`` (one ``info`` call): what freshness checks compare."""
+    return file_info(*filesystem_of(url, storage_options))
+
+
+@contextmanager
+def open_source(
+    url: str | os.PathLike,
+    storage_options: dict[str, Any] | None = None,
+    cache: CacheOptions | None = None,
+) -> Iterator[Source]:
+    """Open ``url`` for scanning; the yielded Source's ``h5`` is an ``h5py.File``."""
+    import h5py
+
+    url = os.fspath(url)
+    protocol, path = urls.split(url)
+    storage_options = dict(storage_options or {})
+    if protocol == "file":
+        fs, path = urls.filesystem(path)
+        info = file_info(fs, path)
+        _check_signature_local(path, info["size"])
+        try:
+            h5 = h5py.File(path, "r")
+        except OSError as e:
+            raise NotHDF5Error(f"h5py cannot open it: {e}", file=path) from e
+        try:
+            yield Source(h5=h5, url=path, size=info["size"], protocol="file", info=info, fs=fs, path=path)
+        finally:
+            h5.close()
+        return
+
+    fs, path = filesystem_of(url, storage_options)
+    info = file_info(fs, path)
+    stats = ReadStats()
+    raw = BlockCache(fs, path, info["size"], cache, stats)
+    if not has_hdf5_signature(lambda off, n: raw.read_range(off, off + n), raw.size):
+        raise NotHDF5Error(f"not an HDF5 file: {describe(raw.read_range(0, 64))}", file=url)
+    try:
+        h5 = h5py.File(raw, "r")
+    except OSError as e:
+        raise NotHDF5Error(f"h5py cannot open it: {e}", file=url) from e
+    if raw.opts.prefetch_metadata:
+        prefetch_tree(h5, raw)
+    try:
+        yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path,
+                     storage_options=storage_options, cache=raw)
+    finally:
+        h5.close()
+
+
+def has_hdf5_signature(read, size: int) -> bool:
+    """Is there an HDF5 signature where libhdf5 looks for one: at 0, 512, 1024, 2048, ... (user blocks)?
+
+    ``read(offset, n)`` returns bytes of the file; ``size`` is its length.
+    """
+    off = 0
+    while off + 8 <= size and off <= (1 << 30):
+        if read(off, 8) == HDF5_SIGNATURE:
+            return True
+        off = 512 if off == 0 else off * 2
+    return False
+
+
+def _check_signature_local(path: str, size: int) -> None:
+    try:
+        with open(path, "rb") as fh:
+            def read(off: int, n: int) -> bytes:
+                fh.seek(off)
+                return fh.read(n)
+
+            if has_hdf5_signature(read, size):
+                return
+            head = read(0, 64)
+    except PermissionError as e:
+        raise SourceError(f"permission denied ({e})", file=path) from e
+    except IsADirectoryError as e:
+        raise SourceError("is a directory", file=path) from e
+    raise NotHDF5Error(f"not an HDF5 file: {describe(head)}", file=path)
+
+
+def describe(head: bytes) -> str:
+    """What a file that is not HDF5 looks like, from its first bytes (for error messages)."""
+    magic = [(b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF document"), (b"PK\x03\x04", "a ZIP archive"),
+             (b"\x1f\x8b", "a gzip file"), (b"CDF\x01", "a netCDF-3 file (netCDF-4 files are HDF5; this one is not)"),
+             (b"CDF\x02", "a netCDF-3 file (netCDF-4 files are HDF5; this one is not)"),
+             (b"PAR1", "a parquet file"), (b"II*\x00", "a TIFF image"), (b"MM\x00*", "a TIFF image")]
+    for prefix, what in magic:
+        if head.startswith(prefix):
+            return f"it is {what}"
+    if not head:
+        return "it is empty"
+    text = head.lstrip()
+    if text[:1] in (b"{", b"["):
+        return "it is JSON, not an HDF5 file"
+    try:
+        sample = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"it starts with {head[:8]!r}, not with the HDF5 signature"
+    if sample.isprintable() or all(c.isprintable() or c in "\r\n\t" for c in sample):
+        return f"it is a text file (starts with {sample[:24]!r})"
+    return f"it starts with {head[:8]!r}, not with the HDF5 signature"

@@ -1,0 +1,69 @@
+"""Writes that appear whole or not at all: a temporary name beside the destination, then a rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Any]:
+    """A binary file handle on a temporary name beside ``path``, renamed into place on success."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".refindex-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and a rename."""
+    with atomic_file(path) as fh:
+        fh.write(data)
+
+
+
+
+@contextlib.contextmanager
+def atomic_folder(out_dir: str) -> Iterator[str]:
+    """A temporary folder beside ``out_dir`` to fill; swapped into place on success, removed on failure."""
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".refindex-", suffix=".parq.tmp", dir=parent)
+    try:
+        yield tmp
+        _swap_into_place(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _swap_into_place(tmp: str, out_dir: str) -> None:
+    """Rename ``tmp`` to ``out_dir``; an existing index is moved aside first, then removed."""
+    old = None
+    if os.path.exists(out_dir):
+        old = tempfile.mkdtemp(prefix=".refindex-", suffix=".old", dir=os.path.dirname(out_dir))
+        os.rmdir(old)
+        os.rename(out_dir, old)
+    try:
+        os.rename(tmp, out_dir)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out_dir)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

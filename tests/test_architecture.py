@@ -1,0 +1,51 @@
+"""The rules refindex's layout keeps (issue #12), checked on its own syntax trees.
+
+The data flows one way: source -> scanner -> model (+ codecs, conventions) -> writers ->
+read side -> batch / cli, with one composition root (``refindex.pipeline``).  See
+tests/architecture.py for how imports are counted (function-level ones included).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import architecture  # noqa: E402  (tests/ is on sys.path under pytest)
+
+LOWER = ("refindex.source", "refindex.scanner", "refindex.codecs", "refindex.conventions", "refindex.writers")
+HIGHER = ("refindex.pipeline", "refindex.api", "refindex.read", "refindex.batch", "refindex.cli")
+MODULES = architecture.load()
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_no_import_cycle():
+    assert architecture.cycles(MODULES) == []
+
+
+def test_lower_layers_never_import_higher_ones():
+    bad = sorted((m.name, t) for m in MODULES.values() if _under(m.name, LOWER)
+                 for t in m.imports if _under(t, HIGHER))
+    assert bad == []
+
+
+def test_no_private_name_imported_across_modules():
+    assert [(m.name, t, n) for m in MODULES.values() for t, n in m.private] == []
+
+
+def test_classes_and_functions_stay_small():
+    long_classes = [(m.name, c, n) for m in MODULES.values() for c, n in m.classes if n > 300]
+    long_functions = [(m.name, f, n) for m in MODULES.values() for f, n in m.functions if n > 80]
+    assert long_classes == [] and long_functions == []
+
+
+def test_importing_refindex_and_its_cli_loads_no_heavy_library():
+    """``import refindex`` and ``refindex --help`` load neither h5py nor zarr, pandas, pyarrow, dask or pynwb."""
+    code = ("import sys, refindex, refindex.cli as c\n"
+            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = {'h5py', 'zarr', 'numcodecs', 'pandas', 'pyarrow', 'dask', 'pynwb', 'hdmf', 'fsspec', 'numpy'}\n"
+            "print(sorted(heavy & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
