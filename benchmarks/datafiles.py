@@ -64,6 +64,25 @@ def huge_chunks(rows: int = 10_000, cols: int = 1_000, folder: Path = OUT) -> Pa
     return _atomic(folder / f"huge_chunks_{rows}x{cols}.h5", lambda tmp: write_one_byte_chunks(tmp, rows, cols))
 
 
+def _ecephys(f, rng: np.random.Generator, channels: int, samples: int):
+    """A probe with ``channels`` electrodes on 4 shanks and a gzip ElectricalSeries of ``samples`` rows;
+    returns the electrodes' table region."""
+    from hdmf.backends.hdf5 import H5DataIO
+    from pynwb.ecephys import ElectricalSeries
+
+    dev = f.create_device("probe", description="silicon probe")
+    groups = [f.create_electrode_group(f"shank{i}", description=f"shank {i}", location="CA1", device=dev)
+              for i in range(4)]
+    for i in range(channels):
+        f.add_electrode(x=float(i), y=2.0 * i, z=0.0, location="CA1", group=groups[i * 4 // channels],
+                        filtering="none")
+    region = f.create_electrode_table_region(list(range(channels)), "all electrodes")
+    raw = rng.integers(-2000, 2000, size=(samples, channels), dtype=np.int16)
+    f.add_acquisition(ElectricalSeries(name="ElectricalSeries", electrodes=region, rate=30000.0,
+                                       data=H5DataIO(raw, compression="gzip", chunks=(min(10000, samples), channels))))
+    return region
+
+
 def nwb(samples: int = 300_000, channels: int = 32, frames: int = 850, folder: Path = OUT) -> Path:
     """A pynwb session: ecephys (raw ``samples x channels`` int16 in (10000, channels) gzip
     chunks, LFP), units, trials, epochs, and ophys (a ``frames`` x 256 x 256 uint16 movie,
@@ -78,17 +97,7 @@ def nwb(samples: int = 300_000, channels: int = 32, frames: int = 850, folder: P
         start = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
         f = NWBFile(session_description="refindex benchmark session", identifier="bench-nwb",
                     session_start_time=start)
-        dev = f.create_device("probe", description="silicon probe")
-        groups = [f.create_electrode_group(f"shank{i}", description=f"shank {i}", location="CA1", device=dev)
-                  for i in range(4)]
-        for i in range(channels):
-            f.add_electrode(x=float(i), y=2.0 * i, z=0.0, location="CA1", group=groups[i * 4 // channels],
-                            filtering="none")
-        region = f.create_electrode_table_region(list(range(channels)), "all electrodes")
-        raw = rng.integers(-2000, 2000, size=(samples, channels), dtype=np.int16)
-        f.add_acquisition(ElectricalSeries(
-            name="ElectricalSeries", electrodes=region, rate=30000.0,
-            data=H5DataIO(raw, compression="gzip", chunks=(min(10000, samples), channels))))
+        region = _ecephys(f, rng, channels, samples)
         ecephys = f.create_processing_module("ecephys", "extracellular processing")
         lfp_data = rng.standard_normal((samples // 30, channels)).astype("f4")
         ecephys.add(LFP(electrical_series=ElectricalSeries(
@@ -138,25 +147,13 @@ def nwb_many_objects(series: int = 300, series_samples: int = 20_000, units: int
     (``es_samples x channels`` int16, gzip chunks of (10000, channels), as in :func:`nwb`,
     so "first data" means the same on both files).  Defaults give about 33 MB.
     """
-    from hdmf.backends.hdf5 import H5DataIO
     from pynwb import NWBHDF5IO, NWBFile, TimeSeries
-    from pynwb.ecephys import ElectricalSeries
 
     def build(tmp: Path) -> None:
         rng = np.random.default_rng(3)
         f = NWBFile(session_description="refindex benchmark: many objects", identifier="bench-nwb-many",
                     session_start_time=datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc))
-        dev = f.create_device("probe", description="silicon probe")
-        groups = [f.create_electrode_group(f"shank{i}", description=f"shank {i}", location="CA1", device=dev)
-                  for i in range(4)]
-        for i in range(channels):
-            f.add_electrode(x=float(i), y=2.0 * i, z=0.0, location="CA1", group=groups[i * 4 // channels],
-                            filtering="none")
-        region = f.create_electrode_table_region(list(range(channels)), "all electrodes")
-        raw = rng.integers(-2000, 2000, size=(es_samples, channels), dtype=np.int16)
-        f.add_acquisition(ElectricalSeries(
-            name="ElectricalSeries", electrodes=region, rate=30000.0,
-            data=H5DataIO(raw, compression="gzip", chunks=(min(10000, es_samples), channels))))
+        _ecephys(f, rng, channels, es_samples)
         modules = [f.create_processing_module(m, f"{m} series") for m in ("behavior", "physiology", "analysis")]
         for i in range(series):
             data = rng.standard_normal(series_samples).astype("f4")

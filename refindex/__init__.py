@@ -7,10 +7,8 @@ the function that needs them.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from .errors import NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError, VerifyError
+from .lazy import attribute_loader
 from .options import CacheOptions, ScanOptions
 
 __version__ = "0.1.0"
@@ -28,13 +26,4 @@ __all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOp
            "verify"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__ = attribute_loader(__name__, _WHERE)

@@ -152,10 +152,7 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
             raise RefindexError("follow_external and isolate are not supported with parquet output",
                                 file=os.fspath(source))
         tree = scan_tree(source, options, stats=stats, progress=progress)
-        head = writers.metadata_document(tree, 1)
-        safety.check_publishable({"templates": writers.url_templates(tree), "refindex": head["refindex"],
-                                  "refs": {k: v for k, v in head["metadata"].items() if k.endswith(".zarray")}},
-                                 options.storage_options, file=tree.url)
+        safety.check_publishable(writers.head_refs(tree), options.storage_options, file=tree.url)
         summary = writers.write_parquet(tree, output, record_size=record_size or writers.DEFAULT_RECORD_SIZE)
         return WriteSummary(format="parquet", skipped=list(tree.skipped), arrays=len(tree.arrays),
                             source=dict(tree.provenance["source"]), **summary)

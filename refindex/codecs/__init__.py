@@ -7,8 +7,7 @@ points) without h5py.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import attribute_loader
 
 _WHERE = {
     "FILTER_NAMES": "_filters", "NoCodec": "_filters", "filter_list": "_filters", "pipeline": "_filters",
@@ -22,9 +21,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = attribute_loader(__name__, _WHERE)

@@ -17,6 +17,7 @@ try:  # filter plugins, so libhdf5 decodes what must be inlined and what the che
 except ImportError:  # pragma: no cover
     pass
 
+from .. import urls
 from ..compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree
@@ -30,8 +31,6 @@ FsFor = Callable[[str], tuple[Any, str]]
 
 
 def _local_fs(url: str) -> tuple[Any, str]:
-    from .. import urls
-
     return urls.filesystem(url)
 
 
@@ -73,7 +72,7 @@ class ScanContext:
     @property
     def remote(self) -> bool:
         """Is the scanned file read through fsspec from another machine (not a local path)?"""
-        return "://" in self.label and not self.label.startswith("file://")
+        return not urls.is_local(self.label)
 
     def want_sample_check(self) -> bool:
         """Compare sampled chunks with libhdf5's reads? (default: local files only, remotely each is a request)"""

@@ -22,6 +22,7 @@ from contextlib import ExitStack
 import h5py
 import numpy as np
 
+from .. import urls
 from ..codecs import DTypePlan, fill_value_json, plan_dtype, string_padding
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable
@@ -124,7 +125,7 @@ def _source_url(ctx: ScanContext, name: str, path: str) -> str:
 
 
 def _open(ctx: ScanContext, url: str, stack: ExitStack) -> h5py.File:
-    if "://" in url and not url.startswith("file://"):
+    if not urls.is_local(url):
         fs, path = ctx.fs_for(url)  # the scan's storage options for objects beside the scanned one
         fh = stack.enter_context(fs.open(path, "rb"))
         return stack.enter_context(h5py.File(fh, "r"))

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .. import urls
 from ..errors import RefindexError
 from ..model import ArrayNode, Tree, key_of
 from ._atomic import atomic_folder
@@ -164,9 +165,9 @@ def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = 
     """
     import pyarrow.parquet as pq
 
-    if "://" in os.fspath(out_dir) and not os.fspath(out_dir).startswith("file://"):
+    if not urls.is_local(os.fspath(out_dir)):
         raise RefindexError("parquet output must be a local folder", file=os.fspath(out_dir))
-    out_dir = os.path.abspath(os.fspath(out_dir).removeprefix("file://"))
+    out_dir = urls.normalise(os.fspath(out_dir))
     if record_size < 1:
         raise RefindexError(f"record_size must be positive, got {record_size}", file=out_dir)
     _prepare_destination(out_dir)

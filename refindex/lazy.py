@@ -1,0 +1,23 @@
+"""Names a package re-exports from its modules, imported on first use (PEP 562).
+
+``import refindex`` and refindex's entry points stay light: h5py, zarr and the rest load
+with the function that needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+def attribute_loader(package: str, where: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` giving ``where[name]``'s attribute ``name`` (module relative to ``package``)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        setattr(importlib.import_module(package), name, value)  # found directly from now on
+        return value
+
+    return __getattr__
