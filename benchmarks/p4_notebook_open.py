@@ -100,7 +100,7 @@ def open_local_index(index: str, so: dict[str, Any], cache: str):
 H5 = ("h5py", "pynwb")
 HTTP = ("fsspec", "fsspec.implementations.http", "aiohttp")
 RI = ("pynwb", "zarr", "hdmf_zarr.nwb_zarrv2", "fsspec.implementations.reference", "refindex", "refindex.read",
-      "refindex.pipeline", "refindex.codecs.decoders", "refindex.source")
+      "refindex.api", "refindex.pipeline", "refindex.codecs.decoders", "refindex.source")
 # key -> (row label, modules imported before the clock starts, opener); rows print in this order
 READERS: dict[str, tuple[str, tuple[str, ...], Callable[[str, dict[str, Any], str], Any]]] = {
     "local": ("a. pynwb + h5py, local file (floor)", H5, open_local),
