@@ -9,14 +9,33 @@ import tempfile
 from typing import Any, Iterator
 
 
+def current_umask() -> int:
+    """The process umask (read from /proc where it can be, so no other thread sees it change)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Any]:
-    """A binary file handle on a temporary name beside ``path``, renamed into place on success."""
+    """A binary file handle on a temporary name beside ``path``, renamed into place on success.
+
+    The file gets the mode any file the user writes gets (0666 less the umask), not the
+    owner-only mode of a temporary file: indexes are made to be shared.
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".refindex-", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
@@ -45,6 +64,7 @@ def atomic_folder(out_dir: str) -> Iterator[str]:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".refindex-", suffix=".parq.tmp", dir=parent)
     try:
+        os.chmod(tmp, 0o777 & ~current_umask())  # a folder as the user makes them (mkdtemp's is 0700)
         yield tmp
         _swap_into_place(tmp, out_dir)
     except BaseException:
