@@ -73,6 +73,9 @@ def add_scan(sub: Any) -> None:
                    "(default: the scanned file's folder)")
     s.add_argument("--allow-outside", action="store_true", help="let external links/storage point anywhere")
     s.add_argument("--max-inline-total", type=_size, help="most inline bytes in the whole index (default 256M)")
+    s.add_argument("--portable", action="store_true",
+                   help="copy in (decoded, within --inline-max) datasets whose chunks only refindex's own codecs "
+                        "read, or fail: the index then opens with numcodecs and imagecodecs alone")
     s.add_argument("--isolate", action="store_true",
                    help="run libhdf5 in a worker process, so a hostile file cannot crash or hang refindex")
     s.add_argument("--timeout", type=float, help="seconds before an --isolate scan is killed (default 600)")
@@ -91,7 +94,7 @@ def scan_options(args: argparse.Namespace) -> Any:
         on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
         allow_outside=args.allow_outside,
         max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
-        isolate=args.isolate, timeout=args.timeout)
+        portable=args.portable, isolate=args.isolate, timeout=args.timeout)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -150,7 +153,13 @@ def add_info(sub: Any) -> None:
 def cmd_info(args: argparse.Namespace) -> int:
     from .read import info
 
-    print(json.dumps(info(args.refs, storage_options=args.storage_options), indent=2))
+    summary = info(args.refs, storage_options=args.storage_options)
+    print(json.dumps(summary, indent=2))
+    if summary["needs_refindex"]:
+        print(f"refindex: warning: arrays in this index use refindex's own codecs "
+              f"({', '.join(summary['needs_refindex'])}): a reader needs refindex installed for them "
+              "(numcodecs and imagecodecs have no decoder for those HDF5 framings); `refindex scan --portable` "
+              "copies such datasets in instead", file=sys.stderr)
     return EXIT_OK
 
 
@@ -202,6 +211,8 @@ def add_batch(sub: Any) -> None:
     b.add_argument("--isolate", action="store_true", help="with Dask or --workers 0: scan each file in a subprocess")
     b.add_argument("--convention", choices=CONVENTIONS, default="auto")
     b.add_argument("--on-unsupported", choices=["error", "skip"], default="error")
+    b.add_argument("--portable", action="store_true", help="indexes that open with stock codecs only "
+                   "(see `refindex scan --portable`)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--combine", metavar="OUT.json", help="also merge all indexes into one (kerchunk MultiZarrToZarr; "
                    "netCDF-style datasets split along --concat-dim)")
@@ -221,7 +232,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
                        concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
-                       on_unsupported=args.on_unsupported)
+                       on_unsupported=args.on_unsupported, portable=args.portable)
     for r in report.failed:
         print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
     for r in report.check_failed:

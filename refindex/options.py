@@ -48,7 +48,7 @@ class CacheOptions:
 
 # The fields that decide what an index holds, in the order its provenance lists them.
 RECORDED = ("inline_threshold", "inline_dataset_threshold", "inline_max", "contiguous_chunk_bytes",
-            "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample")
+            "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample", "portable")
 
 
 @dataclass
@@ -64,7 +64,9 @@ class ScanOptions:
     ``allowed_root``/``allow_outside`` (where other files may be: default the scanned
     file's folder), ``max_inline_total`` (inline bytes of the whole index),
     ``check_sample`` (compare a sample of chunks with libhdf5's reads; None: local files
-    only), ``convention`` ("auto", "hdmf" or "plain").
+    only), ``convention`` ("auto", "hdmf" or "plain"), ``portable`` (datasets whose stored
+    chunks only refindex's own codecs decode are copied in, decoded, within ``inline_max``
+    — or fail — so the index opens with numcodecs and imagecodecs alone).
 
     How it is made (not recorded): ``url`` (what the references point at, when not the
     source), ``storage_options`` (fsspec, never written into an index), ``cache``,
@@ -81,6 +83,7 @@ class ScanOptions:
     allow_outside: bool = False
     max_inline_total: int | None = 256 * MiB
     check_sample: bool | None = None
+    portable: bool = False
     convention: Convention = "auto"
     url: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +145,7 @@ class ScanKeywords(TypedDict, total=False):
     allow_outside: bool
     max_inline_total: int | None | Literal["default"]
     check_sample: bool | None
+    portable: bool
     cache: CacheOptions | None
     follow_external: bool
     isolate: bool

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, TypedDict
 
-from . import conventions, safety, urls, writers
-from .errors import RefindexError
+from . import codecs, conventions, safety, urls, writers
+from .errors import RefindexError, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions
 from .progress import Progress, ScanProgress
@@ -58,18 +58,34 @@ def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
             if bar is not None:
                 bar.close()
         chosen = conventions.apply(tree, options.convention)
+        check_readable(tree, options, src.url)
         safety.check_inline_total(tree, options.max_inline_total, file=src.url)
         # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
         # copy), only the size is known to hold for the target too.
         described = src.info if target == src.url else {"size": src.info["size"]}
         tree.provenance.update({"refindex_version": __version__, "source": {"url": target, **described},
-                                "convention": chosen, "options": options.recorded()})
+                                "convention": chosen, "options": options.recorded(),
+                                "codecs": codecs.codec_ids(writers.zarray(a) for a in tree.arrays.values())})
         # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
     return tree
+
+
+def check_readable(tree: Tree, options: ScanOptions, file: str) -> None:
+    """Every array's metadata parsed by zarr the way a reader's zarr will (dtype, fill value,
+    codecs): what zarr refuses fails naming the dataset, or is recorded with ``on_unsupported="skip"``."""
+    for path, node in list(tree.arrays.items()):
+        why = codecs.zarr_refusal(writers.zarray(node))
+        if why is None:
+            continue
+        reason = f"zarr cannot open the array this dataset would become ({why})"
+        if options.on_unsupported != "skip":
+            raise UnsupportedError(reason, file=file, path=path)
+        del tree.arrays[path]
+        tree.skipped.append({"path": path, "reason": reason})
 
 
 def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,

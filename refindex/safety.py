@@ -18,8 +18,9 @@ from .errors import RefindexError, UnsupportedError
 
 # Codec ids refindex writes.  All decode data only; none can execute code on read.
 ALLOWED_CODEC_IDS = frozenset({
-    "zlib", "gzip", "shuffle", "fletcher32", "zstd", "bz2", "blosc", "lz4",
+    "zlib", "gzip", "shuffle", "fletcher32", "zstd", "bz2", "blosc", "lz4", "astype",
     "vlen-utf8", "vlen-bytes", "vlen-array",
+    "imagecodecs_lzf", "imagecodecs_lz4h5", "imagecodecs_szip", "imagecodecs_bitshuffle", "imagecodecs_b2nd",
     "refindex_h5lzf", "refindex_h5lz4", "refindex_h5bitshuffle", "refindex_h5szip", "refindex_h5strpad",
 })
 

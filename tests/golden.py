@@ -136,6 +136,10 @@ def _zoo(folder: Path) -> dict[str, Path]:
     layout[:, 8:16] = h5py.VirtualSource(out["vds_source"].name, "src", shape=(8, 8))
     with new("vds") as f:
         f.create_virtual_dataset("v", layout, fillvalue=-1)
+    from refindex.testing.portability import write_portability_zoo
+
+    out["portability"] = folder / "portability.h5"
+    write_portability_zoo(out["portability"])
     return out
 
 

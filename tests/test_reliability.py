@@ -475,6 +475,14 @@ def test_chunk_listed_but_not_found_by_lookup(tmp_path):
     # found by the long fuzz (benchmarks/fuzz_long.py, seed 1): byte offset -> xor
     for pos, bits in {3892: 2, 4020: 64, 6030: 32, 6397: 1, 7486: 4, 12116: 12}.items():
         data[pos] ^= bits
+    # The datasets' type is a 31-bit integer in 4 bytes, which is copied in whatever the chunk
+    # index says (its stored bytes are not numpy's int32): widen it to 32 bits so the chunk
+    # index is what decides.  Datatype message: class 0 v1, signed LE, size 4, offset 0, precision 31.
+    int31 = bytes([0x10, 0x08, 0, 0, 4, 0, 0, 0, 0, 0, 31, 0])
+    at = [i for i in range(len(data)) if data[i:i + len(int31)] == int31]
+    assert len(at) == 2, at
+    for i in at:
+        data[i + 10] = 32
     bad = tmp_path / "nbit_damaged.h5"
     bad.write_bytes(bytes(data))
     with h5py.File(bad, "r") as f:

@@ -11,9 +11,12 @@ from ..lazy import attribute_loader
 
 _WHERE = {
     "FILTER_NAMES": "_filters", "NoCodec": "_filters", "filter_list": "_filters", "pipeline": "_filters",
-    "string_padding": "_filters",
+    "string_padding": "_filters", "lzf_within_stock_ratio": "_filters", "refindex_lzf": "_filters",
     "codec_pipeline": "_runtime", "encode_chunk": "_runtime", "register_codecs": "_runtime",
-    "DTypePlan": "_dtypes", "descr": "_dtypes", "packed_dtype": "_dtypes", "plan_dtype": "_dtypes",
+    "DTypePlan": "_dtypes", "descr": "_dtypes", "stored_as_numpy": "_dtypes", "describe_number_type": "_dtypes",
+    "holds_zarr_lacks": "_longdouble", "view_dtype_attr": "_dtypes", "clear_long_padding": "_longdouble", "packed_dtype": "_dtypes", "plan_dtype": "_dtypes",
+    "codec_ids": "_catalog", "codec_provider": "_catalog", "register_stock_codecs": "_runtime",
+    "zarr_refusal": "_catalog",
     "fill_value_json": "_values", "jsonable": "_values",
     "H5Bitshuffle": "decoders", "H5Lz4": "decoders", "H5Lzf": "decoders", "H5StrPad": "decoders",
     "H5Szip": "decoders",

@@ -13,7 +13,16 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
+from ._longdouble import holds_zarr_lacks, zarr_lacks
 from ._values import jsonable
+
+def view_dtype_attr(dt: np.dtype) -> Any:
+    """How a reader turns raw-bytes (``|V16``) values back into numbers: ``arr.view(np.dtype(this))``
+    (a compound's ``dtype.descr``, lists in JSON: ``np.dtype([tuple(f) for f in this])``)."""
+    if dt.names is None and dt.subdtype is None:
+        return dt.str
+    return [list(f) for f in dt.descr]
+
 
 def descr(dt: np.dtype) -> Any:
     """zarr v2 dtype description with the exact byte layout of ``dt``.
@@ -21,13 +30,15 @@ def descr(dt: np.dtype) -> Any:
     zarr 3 reads structured dtypes as packed lists of ``[name, type]`` and rejects
     sub-array fields, so gaps between fields become explicit ``|V<n>`` pad fields and a
     sub-array field becomes a nested record with one field per element ("0", "1", ...).
+    Long double and complex256 values, which zarr has no type for, are kept as their raw
+    bytes (``|V16`` / ``|V32``).
     """
     if dt.names is None:
         if dt.subdtype is not None:
             base, shape = dt.subdtype
             n = int(np.prod(shape))
             return [[str(i), descr(base)] for i in range(n)]
-        return dt.str
+        return f"|V{dt.itemsize}" if zarr_lacks(dt) else dt.str
     out = []
     pos = 0
     fields = sorted(((dt.fields[n][1], n) for n in dt.names))
@@ -160,14 +171,77 @@ def plan_dtype(dt: np.dtype, ref_to_json: Callable[[Any], str]) -> DTypePlan:
     if dt.names is not None:
         if _raw_ok(dt):
             attrs = {"refindex_layout": "fields padded/nested to keep HDF5's byte layout"} if _has_layout_changes(dt) else {}
-            return DTypePlan(descr(dt), True, _field_kind(dt), numpy_dtype=dt, attrs=attrs)
+            return DTypePlan(descr(dt), True, _field_kind(dt), numpy_dtype=dt, attrs=attrs | raw_number_attrs(dt))
         return _plan_compound(dt, ref_to_json)
 
     if _raw_ok(dt):
         return DTypePlan(descr(dt), True, "bytes" if dt.kind in "V" else ("str" if dt.kind == "S" else dt.name),
-                         numpy_dtype=dt)
+                         numpy_dtype=dt, attrs=raw_number_attrs(dt))
 
     raise ValueError(f"datatype {dt!r} has no zarr representation")
+
+
+def raw_number_attrs(dt: np.dtype) -> dict[str, Any]:
+    """For types holding long doubles: the numpy type a reader views the raw bytes as."""
+    return {"refindex_view_dtype": view_dtype_attr(dt)} if holds_zarr_lacks(dt) else {}
+
+
+def stored_as_numpy(tid: Any, dt: np.dtype) -> bool:
+    """Are the bytes HDF5 stores for type ``tid`` the bytes numpy holds for ``dt`` (h5py's dtype)?
+
+    Not for numbers in layouts numpy lacks, which h5py converts on read: floats of other
+    sizes or bit fields (bfloat16, float24, another machine's long double), integers with
+    a precision or bit offset of their own.  Those values must be copied in as converted.
+    """
+    h5t = h5py.h5t
+    if isinstance(tid, h5t.TypeCompoundID) and dt.names is not None and tid.get_nmembers() == len(dt.names):
+        return all(stored_as_numpy(tid.get_member_type(i), dt.fields[n][0]) for i, n in enumerate(dt.names))
+    if isinstance(tid, h5t.TypeArrayID):
+        return stored_as_numpy(tid.get_super(), dt.subdtype[0] if dt.subdtype is not None else dt)
+    if isinstance(tid, h5t.TypeEnumID):
+        base = tid.get_super()
+        return stored_as_numpy(base, np.dtype(f"{'<' if base.get_order() == h5t.ORDER_LE else '>'}"
+                                              f"{'i' if base.get_sign() else 'u'}{base.get_size()}"))
+    if not isinstance(tid, (h5t.TypeIntegerID, h5t.TypeFloatID)) or dt.kind not in "iuf":
+        return True
+    try:
+        ref = h5t.py_create(dt)
+    except Exception:
+        return True
+    if type(ref) is not type(tid):
+        return False
+    keys = ["get_size", "get_order", "get_offset"]
+    keys += ["get_fields", "get_ebias", "get_norm"] if isinstance(tid, h5t.TypeFloatID) else ["get_sign"]
+    if not all(getattr(ref, k)() == getattr(tid, k)() for k in keys):
+        return False
+    if tid.get_precision() == ref.get_precision():
+        return True
+    # Unsigned integers of fewer bits from bit 0, zero-padded above (as libhdf5 writes them):
+    # the stored bytes are the values.  Signed ones are not (no sign extension in the padding).
+    return (isinstance(tid, h5t.TypeIntegerID) and tid.get_sign() == h5t.SGN_NONE
+            and tid.get_pad()[1] == h5t.PAD_ZERO)
+
+
+def describe_number_type(tid: Any) -> str:
+    """A float type's layout in words (what ``refindex_hdf5_type`` records beside raw bytes)."""
+    h5t = h5py.h5t
+    if isinstance(tid, h5t.TypeCompoundID):
+        parts = [f"{tid.get_member_name(i).decode()}: {describe_number_type(tid.get_member_type(i))}"
+                 for i in range(tid.get_nmembers())]
+        return "compound {" + "; ".join(parts) + "}"
+    if isinstance(tid, h5t.TypeArrayID):
+        return f"array {tuple(tid.get_array_dims())} of {describe_number_type(tid.get_super())}"
+    if isinstance(tid, h5t.TypeIntegerID):
+        sign = "signed" if tid.get_sign() != h5t.SGN_NONE else "unsigned"
+        return (f"{sign} integer of {tid.get_size()} bytes, {tid.get_precision()}-bit precision at bit offset "
+                f"{tid.get_offset()}, {'little' if tid.get_order() == h5t.ORDER_LE else 'big'}-endian")
+    if not isinstance(tid, h5t.TypeFloatID):
+        return f"{type(tid).__name__} of {tid.get_size()} bytes"
+    spos, epos, esize, mpos, msize = tid.get_fields()
+    order = "little-endian" if tid.get_order() == h5t.ORDER_LE else "big-endian"
+    return (f"float of {tid.get_size()} bytes, {tid.get_precision()}-bit precision at bit offset "
+            f"{tid.get_offset()}: sign bit {spos}, exponent bits {epos}-{epos + esize - 1} (bias "
+            f"{tid.get_ebias()}), mantissa bits {mpos}-{mpos + msize - 1}, {order}")
 
 
 def _plan_compound(dt: np.dtype, ref_to_json) -> DTypePlan:

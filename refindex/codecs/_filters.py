@@ -44,7 +44,7 @@ def filter_list(dcpl) -> list[tuple[int, int, tuple[int, ...], str]]:
     return out
 
 
-def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int) -> dict:
+def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int, chunk_ndim: int) -> dict:
     if fid == DEFLATE:
         return {"id": "zlib", "level": int(cd[0]) if cd else 4}
     if fid == SHUFFLE:
@@ -66,9 +66,13 @@ def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int) 
             "blocksize": 0,
         }
     if fid == LZF:
-        return {"id": "refindex_h5lzf", "size": chunk_nbytes}
+        # imagecodecs' LZF decoder (no size header) sizes its output at 8x the input, so it
+        # decodes a chunk only up to that ratio: ``lzf_within_stock_ratio`` checks the
+        # stored sizes, and arrays beyond it use refindex's codec, told the chunk size.
+        return {"id": "imagecodecs_lzf", "header": False}
     if fid == LZ4:
-        return {"id": "refindex_h5lz4", "blocksize": int(cd[0]) if cd else 0}
+        # The HDF5 LZ4 framing (sizes, blocks, raw blocks) is exactly imagecodecs' lz4h5.
+        return {"id": "imagecodecs_lz4h5"}
     if fid == BITSHUFFLE:
         # cd: [major, minor, elem_size, block_size, compression(0 none, 2 lz4, 3 zstd), level]
         elem = int(cd[2]) if len(cd) > 2 and cd[2] else itemsize
@@ -80,31 +84,63 @@ def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int) 
             "size": chunk_nbytes,
         }
     if fid == SZIP:
-        # cd as stored by libhdf5: [options_mask, pixels_per_block, bits_per_pixel, pixels_per_scanline]
+        # cd as stored by libhdf5: [options_mask, pixels_per_block, bits_per_pixel, pixels_per_scanline];
+        # chunks are a 4-byte LE size then the AEC stream: imagecodecs' szip with its header.
         if len(cd) < 4:
             raise NoCodec("szip filter without its parameters")
         return {
-            "id": "refindex_h5szip",
+            "id": "imagecodecs_szip",
             "options_mask": cd[0],
             "pixels_per_block": cd[1],
             "bits_per_pixel": cd[2],
             "pixels_per_scanline": cd[3],
         }
+    if fid == BLOSC2 and chunk_ndim >= 2:
+        # hdf5-blosc2 writes a b2nd frame for chunks of two or more dimensions (1-D chunks
+        # get a plain super-chunk frame no stock codec reads).
+        return {"id": "imagecodecs_b2nd"}
     name = FILTER_NAMES.get(fid, f"filter {fid}")
     raise NoCodec(f"no zarr codec for HDF5 {name} (filter id {fid})")
 
 
-def pipeline(filters, itemsize: int, chunk_nbytes: int) -> tuple[list[dict] | None, dict | None]:
+def pipeline(filters, itemsize: int, chunk_nbytes: int, chunk_ndim: int = 1,
+             *, portable: bool = False) -> tuple[list[dict] | None, dict | None]:
     """Map an HDF5 pipeline (write order) to zarr v2 ``(filters, compressor)``.
 
     zarr applies filters in order then the compressor when writing and the reverse when
     reading, exactly like HDF5's pipeline, so the last HDF5 filter becomes the
-    compressor and the others stay filters in the same order.
+    compressor and the others stay filters in the same order.  ``portable``: a pipeline
+    that needs one of refindex's own codecs is :class:`NoCodec` (the caller inlines values).
     """
-    codecs = [_codec_for(fid, cd, itemsize, chunk_nbytes) for fid, _flags, cd, _name in filters]
+    codecs = [_codec_for(fid, cd, itemsize, chunk_nbytes, chunk_ndim) for fid, _flags, cd, _name in filters]
     if not codecs:
         return None, None
+    if codecs[-1]["id"] == "refindex_h5bitshuffle" and codecs[-1]["compression"] == 0:
+        # Uncompressed bitshuffle last: imagecodecs' bitshuffle decodes it, given an array of
+        # items of the right size (it takes the item size from an ndarray input); numcodecs'
+        # astype, as the compressor, hands it the stored bytes viewed that way.
+        c = codecs.pop()
+        view = {1: "|u1", 2: "<u2", 4: "<u4", 8: "<u8"}.get(c["itemsize"], f"|V{c['itemsize']}")
+        codecs += [{"id": "imagecodecs_bitshuffle", "itemsize": c["itemsize"], "blocksize": c["blocksize"]},
+                   {"id": "astype", "encode_dtype": view, "decode_dtype": view}]
+    if portable:
+        own = [c["id"] for c in codecs if c["id"].startswith("refindex_")]
+        if own:
+            raise NoCodec(f"only refindex's own codec {own[0]} decodes its stored chunks")
     return (codecs[:-1] or None), codecs[-1]
+
+
+def lzf_within_stock_ratio(compressor: dict | None, sizes, chunk_nbytes: int) -> bool:
+    """Can the stock LZF decoder (output sized 8x its input) decode every chunk of these sizes?"""
+    if not compressor or compressor.get("id") != "imagecodecs_lzf":
+        return True
+    sizes = np.asarray(sizes, dtype=np.uint64)
+    return not len(sizes) or bool((sizes * np.uint64(8) >= np.uint64(chunk_nbytes)).all())
+
+
+def refindex_lzf(chunk_nbytes: int) -> dict:
+    """refindex's LZF decoder, for arrays with chunks compressed beyond the stock decoder's 8x."""
+    return {"id": "refindex_h5lzf", "size": chunk_nbytes}
 
 
 def string_padding(tid) -> dict | None:

@@ -10,6 +10,7 @@ import numpy as np
 def codec_pipeline(filters: list[dict] | None, compressor: dict | None):
     """numcodecs objects for re-encoding inline chunks with an array's pipeline."""
     register_codecs()
+    register_stock_codecs()
     chain = [numcodecs.get_codec(dict(c)) for c in (filters or [])]
     if compressor:
         chain.append(numcodecs.get_codec(dict(compressor)))
@@ -29,6 +30,21 @@ def register_codecs() -> None:
     for cls in (H5Lzf, H5Lz4, H5Bitshuffle, H5Szip, H5StrPad):
         numcodecs.register_codec(cls)
     _registered = True
+
+
+_stock_registered = False
+
+
+def register_stock_codecs() -> None:
+    """Make imagecodecs' numcodecs codecs known in this process (imagecodecs ships no entry points)."""
+    global _stock_registered
+    if _stock_registered:
+        return
+    import imagecodecs.numcodecs
+
+    imagecodecs.numcodecs.register_codecs(verbose=False)
+    _stock_registered = True
+
 
 
 def encode_chunk(data: np.ndarray, filters: list[dict] | None, compressor: dict | None) -> bytes:

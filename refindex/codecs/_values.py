@@ -9,13 +9,16 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
+from ._longdouble import clear_long_padding
+
 def fill_value_json(value: Any, dt: np.dtype) -> Any:
     """Encode an HDF5 fill value as zarr v2 .zarray ``fill_value``."""
     if value is None:
         return None
     arr = np.asarray(value)
-    if dt.names is not None or dt.kind in "SV" or dt.subdtype is not None:
-        raw = np.asarray(value, dtype=dt).tobytes() if arr.dtype != dt else arr.tobytes()
+    if dt.names is not None or dt.kind in "SV" or dt.subdtype is not None or (
+            (dt.kind == "f" and dt.itemsize > 8) or (dt.kind == "c" and dt.itemsize > 16)):  # raw-bytes (|V16) types
+        raw = clear_long_padding(np.asarray(value, dtype=dt) if arr.dtype != dt else arr).tobytes()
         if not any(raw) and dt.kind == "S":
             return ""
         return base64.standard_b64encode(raw).decode("ascii")
@@ -29,6 +32,8 @@ def fill_value_json(value: Any, dt: np.dtype) -> Any:
     if dt.kind == "c":
         c = complex(scalar)
         return [_float_json(c.real), _float_json(c.imag)]
+    if dt.kind in "Mm":  # zarr takes datetimes' fill as the int64 count
+        return int(np.asarray(scalar, dtype=dt).astype(dt.newbyteorder("=")).view(np.int64))
     return None
 
 

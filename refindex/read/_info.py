@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .. import urls
@@ -16,12 +17,14 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
         return _parquet_info(r, storage_options)
     groups = arrays = chunks = inline_keys = inline_bytes = 0
     referenced = 0
+    docs: list[dict[str, Any]] = []
     for key, value in r.get("refs", {}).items():
         base = key.rsplit("/", 1)[-1]
         if base == ".zgroup":
             groups += 1
         elif base == ".zarray":
             arrays += 1
+            docs.append(json.loads(value) if isinstance(value, str) else value)
         elif base.startswith("."):
             continue
         elif isinstance(value, list):
@@ -31,12 +34,19 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
             inline_keys += 1
             inline_bytes += _inline_size(value)
     return _summary(groups, arrays, chunks, referenced, inline_keys, inline_bytes, r.get("templates"),
-                    r.get("refindex", {}))
+                    r.get("refindex", {}), docs)
 
 
 def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys: int, inline_bytes: int,
-             templates: dict[str, str] | None, prov: dict[str, Any]) -> dict[str, Any]:
-    """The dict :func:`info` returns, for JSON and parquet indexes alike."""
+             templates: dict[str, str] | None, prov: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The dict :func:`info` returns, for JSON and parquet indexes alike.
+
+    ``codecs``: every codec id the arrays use, with the package a reader needs for it
+    (numcodecs, imagecodecs or refindex); ``needs_refindex``: those only refindex provides.
+    """
+    from ..codecs import codec_ids, codec_provider
+
+    used = {cid: codec_provider(cid) for cid in codec_ids(docs)}
     return {
         "groups": groups,
         "arrays": arrays,
@@ -49,6 +59,8 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
         "inline_options": {k: (prov.get("options") or {}).get(k)
                            for k in ("inline_threshold", "inline_dataset_threshold", "inline_max")},
         "skipped": prov.get("skipped", []),
+        "codecs": used,
+        "needs_refindex": sorted(c for c, pkg in used.items() if pkg == "refindex"),
     }
 
 
@@ -83,5 +95,7 @@ def _parquet_info(folder: str, storage_options: dict[str, Any] | None) -> dict[s
             inline_keys += pc.sum(raw_valid).as_py() or 0
             inline_bytes += pc.sum(pc.binary_length(pc.drop_null(table["raw"]))).as_py() or 0
     prov = doc.get("refindex", {})
+    docs = [meta[k] for k in meta if k.rsplit("/", 1)[-1] == ".zarray"]
+    docs = [json.loads(d) if isinstance(d, str) else d for d in docs]
     return _summary(groups, len(arrays), chunks, referenced, inline_keys, inline_bytes, prov.get("templates"),
-                    prov) | {"format": "parquet"}
+                    prov, docs) | {"format": "parquet"}

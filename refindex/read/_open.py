@@ -89,10 +89,11 @@ def reference_fs(refs: Any, opts: ReadOptions):
 
 def index_store(refs: RefsDocument, opts: ReadOptions, *, label: str | None = None):
     """An :class:`~refindex.read.IndexStore` over a JSON index dict (inline values served from memory)."""
-    from ..codecs import register_codecs
+    from ..codecs import register_codecs, register_stock_codecs
     from ._store import IndexStore, fsspec_range_reader
 
     register_codecs()
+    register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
     body = refs.get("refs") if "version" in refs else refs
     per_protocol = {opts.remote_protocol: opts.remote_options or {}} if opts.remote_protocol else None
     reader = fsspec_range_reader(None if opts.remote_protocol else opts.remote_options, per_protocol)
@@ -105,9 +106,10 @@ def store_of(refs: Any, opts: ReadOptions):
     over fsspec's ReferenceFileSystem (parquet folders, and indexes with generators)."""
     import zarr
 
-    from ..codecs import register_codecs
+    from ..codecs import register_codecs, register_stock_codecs
 
     register_codecs()
+    register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
     loaded = load_refs(refs, opts.storage_options)
     if isinstance(loaded, dict) and "gen" not in loaded:
         return index_store(loaded, opts)

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 
 from ..codecs import jsonable
-from ..compare import object_key, records_equal
+from ..compare import object_key, records_equal, values_of
 from ..errors import RefindexError
 from ..source import open_source
 from ._load import load_refs
@@ -178,7 +178,7 @@ def compare_dataset(cmp: _Comparer, d: h5py.Dataset, z, block_bytes: int = BLOCK
 
 def _compare_selection(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict, sel: tuple) -> tuple[str, str] | None:
     try:
-        h = np.asarray(d[sel] if sel else d[()])
+        h = np.asarray(values_of(d)[sel] if sel else values_of(d)[()])
     except Exception as e:
         return "h5py-unreadable", f"h5py cannot read it: {e}"
     try:
@@ -187,9 +187,19 @@ def _compare_selection(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict, sel: t
             zv = zv.astype(object)
     except Exception as e:
         return "unreadable", f"{type(e).__name__}: {e}"
+    if "refindex_view_dtype" in attrs:  # long doubles kept as raw bytes: the numbers they hold
+        zv = zv.view(view_dtype(attrs["refindex_view_dtype"]))
     if not cmp.values_equal(d.dtype, h, zv, attrs):
         return "different", f"values differ in {sel}" if sel else "scalar value differs"
     return None
+
+
+def view_dtype(attr: Any) -> np.dtype:
+    """The numpy dtype a ``refindex_view_dtype`` attribute names (a dtype string, or a compound's descr)."""
+    if isinstance(attr, str):
+        return np.dtype(attr)
+    return np.dtype([tuple(view_dtype(x) if isinstance(x, list) and i == 1 else x for i, x in enumerate(f))
+                     for f in attr])
 
 
 def _compare_sparse(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict) -> tuple[str, str]:
@@ -220,8 +230,12 @@ def _compare_sparse(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict) -> tuple[
 
 
 def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check_source: bool = True,
-           remote_options: dict[str, Any] | None = None, remote_protocol: str | None = None) -> VerifyReport:
+           remote_options: dict[str, Any] | None = None, remote_protocol: str | None = None,
+           group: Any = None) -> VerifyReport:
     """Read every dataset of ``source`` through h5py and through ``refs`` with zarr; compare.
+
+    ``group``: compare with what another reader opened from ``refs`` (anything with the
+    ``[key]`` / ``attrs`` / ``groups()`` of a zarr Group) instead of opening it here.
 
     ``check_source``: first refuse (``StaleIndexError``) when ``source`` no longer matches
     the size/etag/mtime the index recorded.  ``storage_options`` reach ``source``;
@@ -237,7 +251,8 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     skipped = {s["path"] for s in (refs.get("refindex", {}).get("skipped", []) if isinstance(refs, dict) else [])
                if "attribute" not in s}
     omitted = {s["path"] for s in (refs.get("refindex", {}).get("omitted", []) if isinstance(refs, dict) else [])}
-    root = open_group(store_of(refs, ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol)))
+    root = group if group is not None else open_group(
+        store_of(refs, ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol)))
     with open_source(source, storage_options) as src:
         report = VerifyReport(src.url)
         cmp = _Comparer(src.h5)

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from ..codecs import codec_pipeline, string_padding
-from ..compare import records_equal
+from ..compare import records_equal, values_of
 from ..model import ArrayNode, ChunkTable
 from ._context import ScanContext
 
@@ -99,7 +99,7 @@ def chunk_agrees(d: h5py.Dataset, node: ArrayNode, nd: np.dtype, coord: Any, raw
         return False
     sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
     try:
-        want = np.asarray(d[sel])
+        want = np.asarray(values_of(d)[sel])
     except Exception:
         return True  # libhdf5 cannot convert these values: nothing to compare the bytes with
     return records_equal(want, got[tuple(slice(0, x.stop - x.start) for x in sel)])
@@ -122,7 +122,7 @@ def contiguous_agrees(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, nd: np
     except Exception:
         return False
     try:
-        want = np.asarray(d[:rows] if shape else d[()])
+        want = np.asarray(values_of(d)[:rows] if shape else values_of(d)[()])
     except Exception:
         return True  # libhdf5 cannot convert these values: nothing to compare the bytes with
     return records_equal(want.reshape(-1) if want.ndim else want.reshape(1), got.reshape(-1)[: want.size])

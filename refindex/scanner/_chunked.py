@@ -15,7 +15,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..codecs import DTypePlan, NoCodec, encode_chunk, filter_list, pipeline
+from ..codecs import DTypePlan, NoCodec, encode_chunk, filter_list, lzf_within_stock_ratio, pipeline, refindex_lzf
+from ..compare import values_of
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable, chunk_key
 from ..progress import NoProgress, Progress
@@ -36,7 +37,8 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
     itemsize = nd.itemsize
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * itemsize
     try:
-        node.filters, node.compressor = pipeline(filter_list(dcpl), itemsize, chunk_nbytes)
+        node.filters, node.compressor = pipeline(filter_list(dcpl), itemsize, chunk_nbytes, len(chunks),
+                                                 portable=ctx.opts.portable)
     except NoCodec as e:
         return inline_decoded(ctx, d, node, plan, str(e))
     if strpad:  # applied last when reading: after every HDF5 filter is undone
@@ -61,17 +63,9 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
     masks = masks | odd_edges.astype(np.uint32)
     odd = masks != 0
     small = table.sizes < np.uint64(ctx.opts.inline_threshold)
-    if odd.any():
-        # Chunks written with some filters skipped: decode them with h5py and store
-        # them inline encoded with the array's full pipeline.
-        try:
-            for i in np.nonzero(odd)[0]:
-                key = table.coords[i]
-                node.inline[chunk_key(key)] = reencode_chunk(d, node, key, nd)
-        except NotImplementedError:  # a decode-only codec (bitshuffle): inline all values
-            node.inline.clear()
-            return inline_decoded(ctx, d, node, plan, "chunks written with filters skipped, and the "
-                                  "pipeline cannot re-encode them")
+    why = keep_odd_chunks(ctx, d, node, table, odd, nd, chunk_nbytes)
+    if why:
+        return inline_decoded(ctx, d, node, plan, why)
     tiny = np.nonzero(small & ~odd)[0]
     if len(tiny) <= BULK_INLINE:
         # libhdf5 looks each chunk up by its position: the bytes its own reads use.
@@ -172,11 +166,41 @@ def chunk_table(d: h5py.Dataset, ndim: int, chunks: Any, extra: Any = (), *, pre
     return ChunkTable(coords, offsets, sizes, None), masks
 
 
+def keep_odd_chunks(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, table: ChunkTable, odd: np.ndarray,
+                    nd: np.dtype, chunk_nbytes: int) -> str:
+    """Store the chunks written with filters skipped inline, re-encoded with the array's pipeline,
+    and settle the LZF decoder: stock while every chunk is within its 8x, else refindex's.
+
+    Returns why the array's values must be copied in instead ("" when they need not).
+    """
+    lzf_ok = lzf_within_stock_ratio(node.compressor, table.sizes[~odd], chunk_nbytes)
+    encoded: dict[str, bytes] = {}
+    if odd.any():
+        try:
+            encoded = reencode_odd(d, node, table.coords[odd], nd)
+        except NotImplementedError:  # a decode-only codec (bitshuffle)
+            return "chunks written with filters skipped, and the pipeline cannot re-encode them"
+        lzf_ok = lzf_ok and lzf_within_stock_ratio(node.compressor, [len(b) for b in encoded.values()],
+                                                   chunk_nbytes)
+    if not lzf_ok:  # chunks squeezed beyond the stock LZF decoder's 8x: refindex's codec reads them
+        if ctx.opts.portable:
+            return "LZF chunks compressed more than 8x, which only refindex's own codec decodes"
+        node.compressor = refindex_lzf(chunk_nbytes)
+        encoded = reencode_odd(d, node, table.coords[odd], nd) if odd.any() else {}
+    node.inline.update(encoded)
+    return ""
+
+
+def reencode_odd(d: h5py.Dataset, node: ArrayNode, coords: np.ndarray, nd: np.dtype) -> dict[str, bytes]:
+    """Chunks libhdf5 stored with filters skipped, as libhdf5 reads them, encoded with the array's pipeline."""
+    return {chunk_key(c): reencode_chunk(d, node, c, nd) for c in coords}
+
+
 def reencode_chunk(d: h5py.Dataset, node: ArrayNode, coord: Any, nd: np.dtype) -> bytes:
     """One chunk as libhdf5 reads it, encoded with the array's full pipeline."""
     ndim = len(d.shape)
     sel = tuple(slice(int(c) * s, min((int(c) + 1) * s, n)) for c, s, n in zip(coord[:ndim], node.chunks, d.shape))
-    data = d[sel]
+    data = values_of(d)[sel]
     full = np.full(node.chunks, fill_value_of(d, nd), dtype=nd) if nd.names is None else np.zeros(node.chunks, nd)
     full[tuple(slice(0, s.stop - s.start) for s in sel)] = data
     return encode_chunk(full, node.filters, node.compressor)

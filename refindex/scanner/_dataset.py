@@ -6,7 +6,8 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from ..codecs import DTypePlan, fill_value_json, plan_dtype, string_padding
+from ..codecs import (DTypePlan, describe_number_type, fill_value_json, holds_zarr_lacks, packed_dtype, plan_dtype,
+                      stored_as_numpy, string_padding, view_dtype_attr)
 from ..model import ArrayNode, chunk_key
 from ._attrs import attributes_of, ref_json, unsafe_type
 from ._chunked import chunked
@@ -14,6 +15,7 @@ from ._context import ScanContext, fill_value_of
 from ._contiguous import contiguous, external_storage
 from ._dims import dims_of, phony_dim
 from ._inline import inline_converted, inline_decoded
+from ._strings import STRINGS_INLINE_MAX, stored_strings_clean
 from ._virtual import sources_unreadable, virtual_by_reference
 
 
@@ -53,6 +55,14 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
         return inline_converted(ctx, d, node, plan)
 
     nd = plan.numpy_dtype if plan.numpy_dtype is not None else dt
+    if holds_zarr_lacks(nd):
+        node.attrs["refindex_hdf5_type"] = describe_number_type(dsid.get_type())
+    if not stored_as_numpy(dsid.get_type(), nd):
+        node = inline_decoded(ctx, d, node, plan, "numbers stored in a layout numpy has no type for "
+                              f"({describe_number_type(dsid.get_type())}): copied in as h5py converts them")
+        if holds_zarr_lacks(nd):
+            node.attrs["refindex_view_dtype"] = view_dtype_attr(packed_dtype(nd))
+        return node
     node.fill_value = fill_value_json(fill_value_of(d, nd), nd)
     layout = dcpl.get_layout()
     if layout == h5py.h5d.COMPACT:
@@ -62,6 +72,10 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
             node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
         return node
     strpad = string_padding(dsid.get_type())
+    if strpad:
+        strpad, why = strings_plan(ctx, d, nd, strpad)
+        if why:
+            return inline_decoded(ctx, d, node, plan, why)
     if layout == h5py.h5d.CONTIGUOUS:
         node = contiguous(ctx, d, node, nd)
         if strpad:
@@ -70,6 +84,22 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
     if layout == h5py.h5d.CHUNKED:
         return chunked(ctx, d, node, plan, nd, dcpl, strpad)
     raise ctx.fail(path, f"unknown storage layout {layout}")
+
+
+def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) -> tuple[dict | None, str]:
+    """(string codec or None, reason to copy the values in instead) for fixed-length strings
+    libhdf5 may normalise: clean ones need no codec; changed ones are copied in, normalised,
+    up to ``STRINGS_INLINE_MAX`` (``inline_max`` when ``portable``), beyond which the codec
+    does what libhdf5 does."""
+    limit = ctx.opts.inline_max if ctx.opts.portable else min(STRINGS_INLINE_MAX, ctx.opts.inline_max)
+    clean = stored_strings_clean(d, nd, ctx.opts.inline_max)  # None: larger, not read
+    if clean:
+        return None, ""
+    nbytes = int(np.prod(d.shape or (), dtype=np.int64)) * nd.itemsize
+    if ctx.opts.portable or (clean is False and nbytes <= limit):
+        return None, ("fixed-length strings whose stored bytes libhdf5 changes on read (bytes after the "
+                      "terminator, space padding): copied in as h5py reads them")
+    return strpad, ""
 
 
 def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from ..codecs import DTypePlan, descr, encode_chunk, fill_value_json, packed_dtype
+from ..codecs import DTypePlan, clear_long_padding, descr, encode_chunk, fill_value_json, packed_dtype
+from ..compare import values_of
 from ..model import ArrayNode, chunk_key
 from ._context import ScanContext, fill_value_of
 
@@ -25,7 +26,7 @@ def check_inline_size(ctx: ScanContext, node: ArrayNode, nbytes: int, why: str) 
 
 def read_all(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, why: str | None = None) -> np.ndarray:
     try:
-        return np.asarray(d[...])
+        return np.asarray(values_of(d)[...])
     except Exception as e:
         prefix = f"{why}, and " if why else ""
         raise ctx.fail(node.path, f"{prefix}h5py cannot read the values either: {e}") from e
@@ -39,7 +40,7 @@ def inline_decoded(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTy
     check_inline_size(ctx, node, int(np.prod(node.shape, dtype=np.int64)) * nd.itemsize, why)
     data = read_all(ctx, d, node, why)
     nd = packed_dtype(nd)
-    data = np.ascontiguousarray(data, dtype=nd).reshape(node.shape)
+    data = clear_long_padding(np.ascontiguousarray(data, dtype=nd).reshape(node.shape))
     node.dtype = descr(nd)
     node.fill_value = fill_value_json(fill_value_of(d, nd), nd)
     node.filters, node.compressor = None, {"id": "zlib", "level": 1}

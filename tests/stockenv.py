@@ -1,0 +1,217 @@
+"""Read indexes the way a reader without refindex does: zarr, fsspec, numcodecs, imagecodecs.
+
+``StockReader()`` starts this file as a fresh interpreter.  Before zarr loads any codec,
+refindex and kerchunk become unimportable there and the ``numcodecs.codecs`` entry
+points they install are dropped, so the process has exactly what a colleague's
+notebook, a Dask worker image or a read-only service has: numcodecs' own codecs and
+imagecodecs' (registered with ``imagecodecs.numcodecs.register_codecs()``, as its
+documentation tells readers to).
+
+The test process asks it to open indexes and read selections (pickled requests over a
+pipe) and compares the answers with h5py: the values compared are the ones the stock
+reader decoded.  :class:`StockGroup` / :class:`StockArray` give those answers the small
+part of zarr's Group/Array interface ``refindex.verify(..., group=)`` uses.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from typing import Any
+
+BLOCKED = ("refindex", "kerchunk")
+
+
+# ---------------------------------------------------------------------- the stock process
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    """Makes the packages a stock reader does not have unimportable."""
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ARG002
+        if name.split(".", 1)[0] in BLOCKED:
+            raise ImportError(f"No module named {name!r} (not installed in this environment)")
+        return None
+
+
+def _stock_codecs() -> None:
+    """Forget codecs of blocked packages; register imagecodecs' codecs as a reader would."""
+    import numcodecs.registry as reg
+
+    for name, ep in list(reg.entries.items()):
+        if ep.value.split(":", 1)[0].split(".", 1)[0] in BLOCKED:
+            del reg.entries[name]
+    import imagecodecs.numcodecs
+
+    imagecodecs.numcodecs.register_codecs()
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0][:500]
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.stores: dict[str, Any] = {}
+
+    def store(self, index: str) -> Any:
+        import fsspec
+        import zarr
+
+        st = os.stat(index)
+        key = f"{index}:{st.st_mtime_ns}:{st.st_size}"  # an index rewritten in place is read again
+        if key not in self.stores:
+            fs = fsspec.filesystem("reference", fo=index, asynchronous=True, skip_instance_cache=True)
+            self.stores = {key: zarr.storage.FsspecStore(fs, read_only=True, path="")}
+        return self.stores[key]
+
+    def open(self, index: str, consolidated: bool = True) -> dict:
+        """Open the index as a group the default way; list what zarr lists."""
+        import zarr
+
+        root = zarr.open_group(self.store(index), mode="r", zarr_format=2,
+                               use_consolidated=None if consolidated else False)
+        return {"arrays": sorted(p for p, _ in root.arrays()), "groups": sorted(p for p, _ in root.groups())}
+
+    def group(self, index: str, path: str) -> dict:
+        import zarr
+
+        g = zarr.open_group(self.store(index), path=path, mode="r", zarr_format=2, use_consolidated=False)
+        return {"attrs": dict(g.attrs)}
+
+    def array(self, index: str, path: str) -> dict:
+        import zarr
+
+        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=2)
+        return {"shape": tuple(a.shape), "attrs": dict(a.attrs), "dtype": str(a.dtype)}
+
+    def read(self, index: str, path: str, sel: Any) -> Any:
+        import numpy as np
+        import zarr
+
+        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=2)
+        value = np.asarray(a[sel])
+        return value.astype(object) if value.dtype.kind == "T" else value
+
+
+def _serve() -> None:
+    sys.meta_path.insert(0, _NotInstalled())
+    _stock_codecs()
+    server = _Server()
+    rd, wr = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing else may write to the answer pipe
+    while True:
+        head = rd.read(8)
+        if len(head) < 8:
+            return
+        op, args = pickle.loads(rd.read(struct.unpack("<Q", head)[0]))
+        try:
+            answer = ("ok", getattr(server, op)(*args))
+        except Exception as e:  # noqa: BLE001 - the answer is the finding
+            answer = ("error", _reason(e))
+        body = pickle.dumps(answer, protocol=5)
+        wr.write(struct.pack("<Q", len(body)) + body)
+        wr.flush()
+
+
+# ---------------------------------------------------------------------- the test side
+class StockError(Exception):
+    """What the stock reader raised, as text."""
+
+
+class StockReader:
+    """A stock-environment interpreter answering open/read requests."""
+
+    def __init__(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HDF5_PLUGIN_PATH")}
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, cwd=os.path.dirname(os.path.abspath(__file__)))
+
+    def ask(self, op: str, *args: Any) -> Any:
+        body = pickle.dumps((op, args))
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(struct.pack("<Q", len(body)) + body)
+        self.proc.stdin.flush()
+        head = self.proc.stdout.read(8)
+        if len(head) < 8:
+            raise RuntimeError(f"the stock reader died (exit code {self.proc.wait()})")
+        status, value = pickle.loads(self.proc.stdout.read(struct.unpack("<Q", head)[0]))
+        if status != "ok":
+            raise StockError(value)
+        return value
+
+    def can_import(self, module: str) -> bool:
+        return self.ask("importable", module)
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+    def __enter__(self) -> "StockReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class StockArray:
+    """One array as the stock reader sees it (shape, attributes, values of any selection)."""
+
+    def __init__(self, reader: StockReader, index: str, path: str) -> None:
+        self.reader, self.index, self.path = reader, index, path
+        meta = reader.ask("array", index, path)
+        self.shape, self.attrs = meta["shape"], meta["attrs"]
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, sel: Any) -> Any:
+        return self.reader.ask("read", self.index, self.path, sel)
+
+
+class StockGroup:
+    """The part of zarr's Group that ``refindex.verify(..., group=)`` walks: attributes from the
+    stock reader, sub-groups from the index's keys (zarr would parse every child to list them)."""
+
+    def __init__(self, reader: StockReader, index: str, path: str = "", groups: list[str] | None = None) -> None:
+        self.reader, self.index, self.path = reader, index, path
+        if groups is None:
+            import json
+
+            with open(index) as fh:
+                keys = json.load(fh)["refs"]
+            groups = sorted(k[: -len("/.zgroup")] for k in keys if k.endswith("/.zgroup"))
+        self.all_groups = groups
+        self.attrs = reader.ask("group", index, path)["attrs"]
+
+    def __getitem__(self, key: str) -> StockArray:
+        full = f"{self.path}/{key}".strip("/")
+        try:
+            return StockArray(self.reader, self.index, full)
+        except StockError as e:
+            if "NodeNotFound" in str(e) or "ArrayNotFound" in str(e) or "not found" in str(e).lower():
+                raise KeyError(key) from e
+            raise
+
+    def groups(self):
+        prefix = f"{self.path}/" if self.path else ""
+        for g in self.all_groups:
+            if g.startswith(prefix) and "/" not in g[len(prefix):]:
+                yield g[len(prefix):], StockGroup(self.reader, self.index, g, self.all_groups)
+
+
+def _importable(module: str) -> bool:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+        return True
+    except ImportError:
+        return False
+
+
+_Server.importable = staticmethod(_importable)  # type: ignore[attr-defined]
+
+if __name__ == "__main__":
+    _serve()
