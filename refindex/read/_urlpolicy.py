@@ -111,18 +111,37 @@ def visible_within(path: str, folder: str) -> bool:
     return parts[0] != ".." and not any(p.startswith(".") for p in parts)
 
 
-def pattern_matches(url: str, pattern: str) -> bool:
-    """Does ``url`` fall under ``pattern``: a prefix ending at a path boundary, or, when it holds
-    ``*``, a pattern where ``*`` stands for anything (every other character as itself)?"""
+def _text_matches(url: str, pattern: str) -> bool:
     if "*" in pattern:
         return re.fullmatch(".*".join(map(re.escape, pattern.split("*"))), url, re.DOTALL) is not None
-    if url == pattern or (url.startswith(pattern) and (pattern.endswith("/") or url[len(pattern)] in "/?#:")):
-        return True
-    if split_protocol(url)[0] in LOCAL_PROTOCOLS and split_protocol(pattern)[0] in LOCAL_PROTOCOLS:
-        paths, roots = local_paths(url), local_paths(pattern)
-        if paths and roots:
-            return all(any(p == r or p.startswith(r.rstrip(os.sep) + os.sep) for r in roots) for p in paths)
-    return False
+    return url == pattern or (url.startswith(pattern) and (pattern.endswith("/") or url[len(pattern)] in "/?#:"))
+
+
+def without_dot_segments(url: str) -> str:
+    """An HTTP URL with ``.``/``..`` path segments resolved, as the HTTP client will send it."""
+    parts = urlsplit(url)
+    path = posixpath.normpath(parts.path) if parts.path else ""
+    path = "" if path == "." else path + ("/" if parts.path.endswith("/") and path != "/" else "")
+    return parts._replace(path=path).geturl()
+
+
+def pattern_matches(url: str, pattern: str) -> bool:
+    """Does ``url`` fall under ``pattern``: a prefix ending at a path boundary, or, when it holds
+    ``*``, a pattern where ``*`` stands for anything (every other character as itself)?
+
+    Local URLs are compared by every path a reader may open for them, symlinks and ``..``
+    resolved (a ``~`` path only as written); HTTP URLs with their dot segments resolved.
+    """
+    protocol = split_protocol(url)[0]
+    if protocol in HOST_PROTOCOLS:
+        return _text_matches(without_dot_segments(url), pattern)
+    if protocol not in LOCAL_PROTOCOLS:
+        return _text_matches(url, pattern)
+    paths, roots = local_paths(url), local_paths(pattern)
+    if paths is None or roots is None or split_protocol(pattern)[0] not in LOCAL_PROTOCOLS:
+        return url == pattern
+    roots = roots + [os.path.realpath(r) for r in roots]
+    return all(any(_text_matches(os.path.realpath(p), r) for r in roots) for p in paths)
 
 
 def source_prefix(url: str) -> tuple[str, str]:
@@ -131,6 +150,8 @@ def source_prefix(url: str) -> tuple[str, str]:
     if protocol in LOCAL_PROTOCOLS:
         paths = local_paths(url) or []
         return LOCAL, os.path.dirname(os.path.realpath(paths[0])) if paths else ""
+    if protocol in HOST_PROTOCOLS:
+        rest = without_dot_segments(url).split("://", 1)[1]
     rest = rest.split("?", 1)[0].split("#", 1)[0]
     return REMOTE, f"{protocol}://{posixpath.dirname(rest)}".rstrip("/") + "/"
 
