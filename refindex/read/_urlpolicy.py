@@ -26,13 +26,14 @@ chained (``a::b``),   refused                 refused             refused
 other protocols
 ====================  ======================  ==================  ================  ==============
 
-"Beside" a file means in its folder or below, with no hidden (``.name``) folder or file on
-the way down, so a folder that holds data does not also hand out ``.ssh``, ``.aws`` or
-``.netrc``.  A local file that does not exist is not refused (there is nothing to read;
-the read fails as "file not found").  An index that declares its sources (``templates``,
-the provenance ``refindex.source.url``, the ``url`` of its external files) may name only
-URLs at or beside them; the declared sources pass the same rules (the ``url`` of an
-external file when a link leads to it).  ``allowed`` (URL prefixes ending at a ``/``,
+"Inside" a folder and "beside" a file mean in that folder or below, with no hidden
+(``.name``) folder or file on the way down, so a folder that holds data does not also hand
+out ``.ssh``, ``.aws`` or ``.netrc``.  A local file that does not exist is not refused
+(there is nothing to read; the read fails as "file not found").  ``data:`` URLs carry
+their bytes and are allowed.  An index that declares its sources (``templates``, the
+provenance ``refindex.source.url``, the ``url`` of its external files) may name only URLs
+at or beside them; the declared sources pass the same rules (the provenance source when
+the freshness check will ask it, an external file's ``url`` when a link leads to it).  ``allowed`` (URL prefixes ending at a ``/``,
 ``?``, ``#`` or ``:``, or patterns where ``*`` stands for anything) passes a URL whatever
 the rules say; ``trust=True`` passes everything.
 """
