@@ -7,7 +7,8 @@ the function that needs them.
 
 from __future__ import annotations
 
-from .errors import NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError, VerifyError
+from .errors import (NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError, UntrustedReference,
+                     VerifyError)
 from .lazy import attribute_loader
 from .options import CacheOptions, ScanOptions
 
@@ -21,7 +22,7 @@ _WHERE = {
 }
 
 __all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOptions", "RefindexError", "ScanOptions",
-           "SourceError", "StaleIndexError", "UnsupportedError", "VerifyError", "VerifyReport", "__version__", "check",
+           "SourceError", "StaleIndexError", "UnsupportedError", "UntrustedReference", "VerifyError", "VerifyReport", "__version__", "check",
            "info", "object_model", "open", "open_nwb", "run_batch", "scan", "scan_to_file", "scan_to_parquet",
            "verify"]
 

@@ -128,14 +128,24 @@ def add_verify(sub: Any) -> None:
     v.add_argument("-v", "--verbose", action="store_true", help="list exact datasets too")
     v.add_argument("--no-check-source", action="store_true",
                    help="compare even if the source changed since it was indexed")
+    add_url_policy(v)
     v.set_defaults(func=cmd_verify)
+
+
+def add_url_policy(p: Any) -> None:
+    """The flags that widen which URLs an index may make the reader fetch (see the README's table)."""
+    p.add_argument("--allow-url", action="append", default=[], metavar="PREFIX",
+                   help="let the index's chunks be read from URLs under PREFIX (or matching a *-pattern) "
+                        "even where the default rules refuse them; repeatable")
+    p.add_argument("--trust", action="store_true",
+                   help="read whatever URLs the index names (only for an index you trust)")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from .read import verify
 
     report = verify(args.source, args.refs, storage_options=args.storage_options,
-                    check_source=not args.no_check_source)
+                    check_source=not args.no_check_source, allowed_urls=args.allow_url, trust=args.trust)
     for r in report.results:
         if r.status != "exact" or args.verbose:
             print(f"{r.status:16s} {r.path} {r.detail}")

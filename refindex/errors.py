@@ -52,3 +52,17 @@ class WorkerCrashed(RefindexError):
 
 class WorkerTimeout(RefindexError):
     """A job ran longer than its time limit; its worker was killed."""
+
+
+class UntrustedReference(RefindexError):
+    """An index names a URL its reader must not fetch unasked (a local file from a remote index, a
+    cloud metadata or private-network host, an odd protocol): refused before any request.
+
+    ``key``: one key that names it; ``url``: the URL; ``uses``: how many keys name it (0: unknown).
+    """
+
+    def __init__(self, reason: str, *, key: str, url: str, uses: int = 0, file: str | None = None):
+        self.key = key
+        self.url = url
+        self.uses = uses
+        super().__init__(reason, file=file)

@@ -22,8 +22,11 @@ they do not cover (fields, ``out=``, several fancy axes) is left to zarr.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import weakref
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -35,6 +38,8 @@ from ._consolidated import group_document, metadata_of
 from ._load import load_refs
 from ._open import ReadOptions, index_location, index_store, prepare, store_of
 from ._store import IndexStore
+from ._urlcheck import declared_sources, untrusted
+from ._urlpolicy import UrlPolicy
 
 SMALL_ARRAY_BYTES = 16 << 20
 TABLE_COLUMN_BYTES = 256 << 20
@@ -275,6 +280,11 @@ class ExternalIndexes:
     Looks, in order, in ``external`` (a dict source -> refs, JSON path or URL), in the
     index's ``refindex.external`` section (embedded ``refs`` or an ``index`` file beside
     the index) and finally scans the HDF5 file next to the indexed file on the fly.
+
+    Each is an index in its own right, judged by ``opts``' URL policy when a link first
+    leads into it: embedded ones as part of the index that holds them, index files and
+    ``external`` entries as indexes from where they are; the file named for a scan on the
+    fly must be one the index may name (the index made from it is then trusted).
     """
 
     def __init__(self, refs: dict[str, Any], opts: ReadOptions, *, index_location: str | None = None,
@@ -285,34 +295,60 @@ class ExternalIndexes:
         self.external = external or {}
         self.scan_missing = scan_missing
         self._stores: dict[str, IndexStore] = {}
+        self._policy: UrlPolicy | None = None
 
     def _main_url(self) -> str | None:
         return (self.refs.get("templates") or {}).get("u")
 
+    def _admit(self, url: str, where: str) -> None:
+        """Refuse to read ``url`` (named by the main index at ``where``) if its policy refuses it."""
+        if self.opts.trust:
+            return
+        if self._policy is None:
+            self._policy = replace(self.opts, index_url=self.opts.index_url or self.index_location).url_policy()
+            self._policy.learn([u for _, u in declared_sources(self.refs)])
+        why = self._policy.refusal(url)
+        if why:
+            raise untrusted(self._policy, where, url, why)
+
     def refs_for(self, source: str) -> dict[str, Any]:
+        return self._load(source)[0]
+
+    def _load(self, source: str) -> tuple[dict[str, Any], ReadOptions]:
+        """(the index of ``source``, rebased; the options its store is made with)."""
         entry = ((self.refs.get("refindex") or {}).get("external") or {}).get(source) or {}
+        opts = self.opts
         if source in self.external:
-            r = load_refs(self.external[source])
+            given = self.external[source]
+            r = load_refs(given)
+            opts = replace(opts, index_url=None if isinstance(given, dict) else os.fspath(given))
         elif "refs" in entry:
-            r = entry["refs"]
+            r = entry["refs"]  # judged as part of the index that holds it
         elif "index" in entry and self.index_location:
-            r = load_refs(urls.beside(self.index_location, entry["index"]))
+            where = urls.beside(self.index_location, entry["index"])
+            self._admit(where, f"refindex.external[{source!r}].index")
+            r = load_refs(where)
+            opts = replace(opts, index_url=where)
         elif self.scan_missing and (entry.get("url") or self._main_url()):
             from ..options import ScanOptions
             from ..pipeline import scan_refs
 
-            r = scan_refs(entry.get("url") or urls.beside(self._main_url(), source), ScanOptions(convention="hdmf"))
+            target = entry.get("url") or urls.beside(self._main_url(), source)
+            self._admit(target, f"refindex.external[{source!r}].url" if entry.get("url") else
+                        f"the external link source {source!r}")
+            r = scan_refs(target, ScanOptions(convention="hdmf"))
+            opts = replace(opts, trust=True)  # made here, from a file the index may name
         else:
             raise SourceError(f"no index for the externally linked file {source!r}", file=source)
         if not isinstance(r, dict):
             raise RefindexError("externally linked indexes must be JSON indexes", file=source)
-        return _rebase_self_refs(r, source)
+        return _rebase_self_refs(r, source), opts
 
     def store(self, source: str) -> IndexStore:
         if source not in self._stores:
-            r = self.refs_for(source)
+            r, opts = self._load(source)
             label = "refindex:" + ((r.get("templates") or {}).get("u") or source)
-            self._stores[source] = index_store(r, self.opts, label=label)
+            self._stores[source] = index_store(r, opts, label=label)
         return self._stores[source]
 
 
@@ -420,7 +456,8 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
 
 def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
-             remote_protocol: str | None = None, check_source: bool = True, cache: Any = True) -> Any:
+             remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
+             allowed_urls: Sequence[str] | None = None, trust: bool = False) -> Any:
     """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO``, through its index or from the file itself.
 
     ``refs``: an index (dict, JSON path/URL, parquet folder) or the NWB file (local path or
@@ -434,14 +471,18 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     beside the index by ``scan_to_file``/``refindex scan --follow-external``, given in
     ``external`` (source -> refs dict or index path), or else (``scan_missing``) made on
     the fly from the HDF5 file next to the indexed file.
+
+    URLs are judged as by :func:`refindex.open` (``allowed_urls``, ``trust``): the index's
+    own at open, those of a linked file's index when a link first leads into it, before
+    anything of it is read.
     """
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
-                                                cache=cache))
+                                                cache=cache, allowed_urls=allowed_urls, trust=trust))
     io = nwb_io_class()(path=store_of(loaded, opts), mode="r")
-    if isinstance(loaded, dict):
-        io.refindex_external = ExternalIndexes(loaded, opts, index_location=index_location(refs), external=external,
-                                               scan_missing=scan_missing)
+    if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
+        io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
+                                               external=external, scan_missing=scan_missing)
     nwbfile = io.read()
     try:
         nwbfile.refindex_io = io

@@ -9,11 +9,13 @@ remote targets created asynchronous too.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model import RefsDocument
 from ._load import CacheSetting, load_index, load_refs, parquet_metadata
+from ._urlpolicy import UrlPolicy
 
 
 @dataclass
@@ -26,6 +28,12 @@ class ReadOptions:
     protocol.  ``check_source``: refuse (``StaleIndexError``) an index whose source changed
     since it was made.  ``cache``: where the index of an HDF5 input is kept (see
     :mod:`refindex.read`; False: nowhere).
+
+    Which URLs the index may make the reader fetch (see :mod:`refindex.read._urlpolicy`):
+    ``allowed_urls`` are URL prefixes (or patterns with ``*``) allowed whatever the rules say,
+    ``trust`` allows everything, ``index_url`` is where the index came from (None for a dict
+    made in memory; a service that fetched an index itself can name its origin here, so it is
+    judged as an index from there).
     """
 
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -33,11 +41,22 @@ class ReadOptions:
     remote_protocol: str | None = None
     check_source: bool = True
     cache: CacheSetting = True
+    allowed_urls: tuple[str, ...] = ()
+    trust: bool = False
+    index_url: str | None = None
 
     @classmethod
     def of(cls, *, storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
-           remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True) -> "ReadOptions":
-        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, cache)
+           remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
+           allowed_urls: Sequence[str] | str | None = None, trust: bool = False,
+           index_url: str | None = None) -> "ReadOptions":
+        allowed = (allowed_urls,) if isinstance(allowed_urls, str) else tuple(allowed_urls or ())
+        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, cache,
+                   allowed, trust, index_url)
+
+    def url_policy(self) -> UrlPolicy:
+        """The policy the URLs of the index read with these options are judged by."""
+        return UrlPolicy(self.index_url, allowed=self.allowed_urls, trust=self.trust)
 
 
 def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
@@ -46,8 +65,19 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
     ``refs`` is an index or an HDF5 file/URL (indexed on the fly, through the cache); for an
     HDF5 input ``storage_options`` reach the file, so they also serve as the
     ``remote_options`` its chunks are read with, unless those are given.
+
+    Before anything else is read (the freshness check asks its source), every URL a JSON
+    index names is judged (:func:`check_index`); the options returned then trust it, as
+    they trust an index made here from the file the caller named.  ``index_url`` is
+    filled in with where the index (or the file) is.
     """
     loaded, fresh = load_index(refs, storage_options=opts.storage_options, cache=opts.cache)
+    if opts.index_url is None and not isinstance(refs, dict):
+        opts = replace(opts, index_url=os.fspath(refs))
+    if fresh:
+        opts = replace(opts, trust=True)
+    elif not opts.trust and check_index(loaded, opts):
+        opts = replace(opts, trust=True)
     if fresh and opts.storage_options and opts.remote_options is None:
         opts = replace(opts, remote_options=opts.storage_options)
     if opts.check_source and not fresh:
@@ -55,6 +85,31 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
 
         check_source(loaded, storage_options=opts.remote_options)
     return loaded, opts
+
+
+def check_index(loaded: Any, opts: ReadOptions) -> bool:
+    """Refuse (``UntrustedReference``) an index naming a URL its options' policy refuses (its
+    provenance source only when ``opts.check_source``: it is not asked otherwise).
+
+    True when every URL was judged (a JSON index without generators); False when the rest
+    are judged as its store is made (see :func:`reference_fs`).
+    """
+    from ._urlcheck import check_declared, check_refs
+
+    if opts.trust:
+        return True
+    if isinstance(loaded, dict) and "gen" not in loaded:
+        check_refs(opts.url_policy(), loaded, provenance=opts.check_source)
+        return True
+    if isinstance(loaded, dict):  # read through fsspec: its keys are judged once fsspec holds them
+        check_declared(opts.url_policy(), loaded, provenance=opts.check_source)
+    return False  # a parquet index: judged as its store is made (reference_fs)
+
+
+def parquet_declared(folder: Any, opts: ReadOptions) -> dict[str, Any]:
+    """The templates and provenance of a parquet index (kept in its .zmetadata), shaped as in a JSON index."""
+    prov = parquet_metadata(folder, opts.storage_options).get("refindex") or {}
+    return {"templates": prov.get("templates") or {}, "refindex": prov}
 
 
 def target_protocol(refs: Any, storage_options: dict[str, Any] | None = None) -> str | None:
@@ -69,11 +124,24 @@ def target_protocol(refs: Any, storage_options: dict[str, Any] | None = None) ->
 
 
 def reference_fs(refs: Any, opts: ReadOptions):
-    """An asynchronous ReferenceFileSystem over ``refs`` as zarr 3 needs it."""
-    import fsspec
+    """An asynchronous ReferenceFileSystem over ``refs`` as zarr 3 needs it.
 
+    Unless ``opts`` trust the index, its declared sources are judged now, the keys of a
+    dict all at once, and those of a parquet index as a key resolves to its URL, before its
+    bytes are requested.
+    """
+    from ._urlcheck import guarded_reference_fs
+
+    if opts.index_url is None and not isinstance(refs, dict):
+        opts = replace(opts, index_url=os.fspath(refs))
     refs = load_refs(refs, opts.storage_options)
-    protocol = opts.remote_protocol or target_protocol(refs, opts.storage_options)
+    declared = refs if isinstance(refs, dict) else parquet_declared(refs, opts)  # one read of .zmetadata
+    policy = None if opts.trust else opts.url_policy()
+    if policy is not None:
+        from ._urlcheck import check_declared
+
+        check_declared(policy, declared, provenance=opts.check_source and isinstance(refs, dict))
+    protocol = opts.remote_protocol or target_protocol(declared, opts.storage_options)
     kwargs: dict[str, Any] = {"fo": refs, "asynchronous": True}
     if protocol and protocol not in ("file", "local"):
         kwargs["remote_protocol"] = protocol
@@ -84,14 +152,18 @@ def reference_fs(refs: Any, opts: ReadOptions):
         kwargs["target_options"] = opts.storage_options or {}
         # else fsspec scans the lazy (parquet) references for a URL to guess the protocol
         kwargs.setdefault("remote_protocol", protocol or "file")
-    return fsspec.filesystem("reference", **kwargs)
+    return guarded_reference_fs(policy, **kwargs)
 
 
 def index_store(refs: RefsDocument, opts: ReadOptions, *, label: str | None = None):
-    """An :class:`~refindex.read.IndexStore` over a JSON index dict (inline values served from memory)."""
+    """An :class:`~refindex.read.IndexStore` over a JSON index dict (inline values served from memory).
+
+    Every URL the index names is judged first, unless ``opts`` trust it.
+    """
     from ..codecs import register_codecs, register_stock_codecs
     from ._store import IndexStore, fsspec_range_reader
 
+    check_index(refs, opts)
     register_codecs()
     register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
     body = refs.get("refs") if "version" in refs else refs
@@ -110,6 +182,8 @@ def store_of(refs: Any, opts: ReadOptions):
 
     register_codecs()
     register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
+    if opts.index_url is None and not isinstance(refs, dict):
+        opts = replace(opts, index_url=os.fspath(refs))
     loaded = load_refs(refs, opts.storage_options)
     if isinstance(loaded, dict) and "gen" not in loaded:
         return index_store(loaded, opts)
@@ -117,24 +191,33 @@ def store_of(refs: Any, opts: ReadOptions):
 
 
 def store(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
-          remote_protocol: str | None = None):
+          remote_protocol: str | None = None, allowed_urls: Sequence[str] | None = None, trust: bool = False):
     """A read-only zarr store over an index (no freshness check): :func:`store_of` with keywords."""
     return store_of(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
-                                         remote_protocol=remote_protocol))
+                                         remote_protocol=remote_protocol, allowed_urls=allowed_urls, trust=trust,
+                                         check_source=False))
 
 
 def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
-         remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True):
+         remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
+         allowed_urls: Sequence[str] | None = None, trust: bool = False):
     """Open an index (dict, JSON path/URL or parquet folder) or an HDF5 file/URL as a read-only ``zarr.Group``.
 
     The hierarchy comes from the consolidated ``.zmetadata`` alone (one read, however deep
     the file), or per node when an index has none.  Keywords are those of :class:`ReadOptions`.
+
+    An index read from elsewhere may make the reader fetch only what its rules allow (the
+    table in :mod:`refindex.read._urlpolicy`: no local files from a remote index, no cloud
+    metadata or private-network hosts ...); anything else is refused before any request with
+    :class:`~refindex.UntrustedReference`.  ``allowed_urls`` (URL prefixes, or patterns
+    where ``*`` stands for anything) widens that on purpose, ``trust=True`` turns it off.
+    An HDF5 file opened directly is indexed here, and trusted.
     """
     from ._consolidated import open_group
 
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
-                                                cache=cache))
+                                                cache=cache, allowed_urls=allowed_urls, trust=trust))
     return open_group(store_of(loaded, opts))
 
 

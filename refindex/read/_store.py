@@ -33,6 +33,13 @@ MERGE_SPAN = 32 << 20
 SPLIT_ABOVE, PART_BYTES, MAX_PARTS = 1 << 20, 512 << 10, 16
 
 
+def expand_url(url: str, templates: Mapping[str, str]) -> str:
+    """``url`` with each ``{{name}}`` replaced by ``templates[name]`` (KeyError: an undefined one)."""
+    if "{{" not in url:
+        return url
+    return _TEMPLATE.sub(lambda m: templates[m.group(1)], url)
+
+
 @dataclass
 class FetchStats:
     """What a store fetched by reference: requests, round trips, bytes, and the keys."""
@@ -114,9 +121,7 @@ class IndexStore(Store):
         return url, 0, None
 
     def expand(self, url: str) -> str:
-        if "{{" not in url:
-            return url
-        return _TEMPLATE.sub(lambda m: self._templates[m.group(1)], url)
+        return expand_url(url, self._templates)
 
     # ------------------------------------------------------------------ Store API
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None

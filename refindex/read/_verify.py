@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import h5py
@@ -21,7 +22,7 @@ from ..compare import object_key, records_equal, values_of
 from ..errors import RefindexError
 from ..source import open_source
 from ._load import load_refs
-from ._open import ReadOptions, store_of
+from ._open import ReadOptions, check_index, index_location, store_of
 
 try:
     import hdf5plugin  # noqa: F401  (expected values need every filter h5py can have)
@@ -231,7 +232,7 @@ def _compare_sparse(cmp: "_Comparer", d: h5py.Dataset, z, attrs: dict) -> tuple[
 
 def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check_source: bool = True,
            remote_options: dict[str, Any] | None = None, remote_protocol: str | None = None,
-           group: Any = None) -> VerifyReport:
+           allowed_urls: Sequence[str] | None = None, trust: bool = False, group: Any = None) -> VerifyReport:
     """Read every dataset of ``source`` through h5py and through ``refs`` with zarr; compare.
 
     ``group``: compare with what another reader opened from ``refs`` (anything with the
@@ -240,10 +241,16 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     ``check_source``: first refuse (``StaleIndexError``) when ``source`` no longer matches
     the size/etag/mtime the index recorded.  ``storage_options`` reach ``source``;
     ``remote_options``/``remote_protocol`` the files the index's chunks live in.
+    The URLs ``refs`` names are judged first, as by :func:`refindex.open` (``allowed_urls``,
+    ``trust``).
     """
     from ._consolidated import open_group
 
+    opts = ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol, allowed_urls=allowed_urls,
+                          trust=trust, index_url=index_location(refs), check_source=False)  # (``source`` is asked)
     refs = load_refs(refs)
+    if check_index(refs, opts):
+        opts = replace(opts, trust=True)
     if check_source:
         from ._provenance import check_source as _check
 
@@ -251,8 +258,7 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     skipped = {s["path"] for s in (refs.get("refindex", {}).get("skipped", []) if isinstance(refs, dict) else [])
                if "attribute" not in s}
     omitted = {s["path"] for s in (refs.get("refindex", {}).get("omitted", []) if isinstance(refs, dict) else [])}
-    root = group if group is not None else open_group(
-        store_of(refs, ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol)))
+    root = group if group is not None else open_group(store_of(refs, opts))
     with open_source(source, storage_options) as src:
         report = VerifyReport(src.url)
         cmp = _Comparer(src.h5)
