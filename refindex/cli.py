@@ -84,7 +84,7 @@ def add_isolation(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"{what} in a forked worker process, so a file that crashes or hangs libhdf5 ends in a "
                         "one-line error (default; --no-isolate runs libhdf5 in this process)")
     parser.add_argument("--timeout", type=float, help="seconds before the worker is killed (default: 1 s per 2 MiB "
-                        "of the input, at least 60 s; remote inputs 600 s)")
+                        "of the input, at least 60 s; remote inputs 600 s; no effect with --no-isolate)")
 
 
 def scan_options(args: argparse.Namespace) -> Any:

@@ -13,6 +13,11 @@ that runs threads (event loops, dask), and unlike multiprocessing's spawn/forkse
 never re-import the caller's ``__main__``.  A job is a module-level function of
 refindex itself, sent by reference (pickle names its module and name; the worker imports
 it): ``Worker().run(function, {"arg": value})``.
+
+The command line isolates its one call differently, in a fork of itself made before the
+heavy imports (:mod:`refindex.forked`, milliseconds instead of an interpreter start), and
+falls back to a Worker when it cannot fork safely; both speak the messages of
+:func:`job_outcome` and raise the same errors.
 """
 
 from __future__ import annotations
