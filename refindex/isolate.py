@@ -23,6 +23,7 @@ falls back to a Worker when it cannot fork safely; both speak the messages of
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -52,26 +53,44 @@ def _check_job(job: Job) -> Job:
 def job_outcome(job: Job, kwargs: dict[str, Any]) -> tuple:
     """Run ``job(**kwargs)`` and describe how it ended, as the message a worker sends back.
 
-    ``("ok", result)``, or ``("error", class name, reason, file, path, traceback, internal)``
-    where ``internal`` flags an exception that is not a RefindexError (a refindex bug
-    rather than a bad file).  :func:`rebuild_error` turns the latter back into an exception.
+    ``("ok", result)``, or an error message (:func:`error_message`) that :func:`rebuild_error`
+    turns back into the exception.
     """
     try:
         return ("ok", _check_job(job)(**kwargs))
     except RefindexError as e:
-        return ("error", type(e).__name__, e.reason, e.file, e.path, traceback.format_exc(), False)
+        return error_message(e)
     except MemoryError:
         return ("error", "RefindexError", "out of memory (worker memory limit)", kwargs.get("source"),
-                None, traceback.format_exc(), False)
+                None, traceback.format_exc(), False, {})
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
         return ("error", "RefindexError", f"{type(e).__name__}: {e}", kwargs.get("source"), None,
-                traceback.format_exc(), True)
+                traceback.format_exc(), True, {})
+
+
+def error_message(e: RefindexError) -> tuple:
+    """``("error", class name, reason, file, path, traceback, internal, attributes)`` for a RefindexError.
+
+    ``internal`` flags an exception that is not a RefindexError (a refindex bug rather than
+    a bad file); ``attributes`` are the error's other picklable fields (a subclass may have
+    its own, and its own ``__init__``), so the parent rebuilds the same error.
+    """
+    extra = {}
+    for name, value in vars(e).items():
+        if name not in ("reason", "file", "path", "worker_traceback", "internal"):
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001 - what cannot travel stays behind
+                continue
+            extra[name] = value
+    trace = "".join(traceback.format_exception(e))
+    return ("error", type(e).__name__, e.reason, e.file, e.path, trace, False, extra)
 
 
 def unsendable(e: Exception, kwargs: dict[str, Any]) -> tuple:
     """The message that replaces a result which cannot be pickled (or is too big to send)."""
     return ("error", "RefindexError", f"cannot return the result: {type(e).__name__}: {e}",
-            kwargs.get("source"), None, traceback.format_exc(), True)
+            kwargs.get("source"), None, traceback.format_exc(), True, {})
 
 
 def _serve(conn, memory_limit: int | None) -> None:
@@ -94,12 +113,17 @@ def _serve(conn, memory_limit: int | None) -> None:
 
 
 def rebuild_error(name: str, reason: str, file: str | None, path: str | None, trace: str,
-                  internal: bool = False) -> RefindexError:
-    """The exception an ``("error", ...)`` message of :func:`job_outcome` describes."""
+                  internal: bool = False, attributes: dict[str, Any] | None = None) -> RefindexError:
+    """The exception an error message (:func:`error_message`) describes: same class, message and fields.
+
+    Built without calling the class's own ``__init__``, whose signature a subclass may change.
+    """
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, RefindexError)):
         cls = RefindexError
-    err = cls(reason, file=file, path=path)
+    err = cls.__new__(cls)
+    vars(err).update(attributes or {})
+    RefindexError.__init__(err, reason, file=file, path=path)
     err.worker_traceback = trace  # shown by ``refindex --debug``
     err.internal = internal
     return err

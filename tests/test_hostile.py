@@ -217,3 +217,25 @@ def test_default_time_limit_scales_with_the_file():
     assert args.isolate is True and args.timeout is None  # isolated by default
     assert cli.build_parser().parse_args(["scan", "f.h5", "--no-isolate"]).isolate is False
     assert cli.build_parser().parse_args(["scan", "f.h5", "--isolate"]).isolate is True  # still accepted
+
+
+def test_errors_with_their_own_fields_come_back_whole(monkeypatch):
+    """An error class with its own ``__init__`` and fields crosses the process boundary unchanged
+    (now that verify/info/schema run in a worker, whatever they raise comes back this way)."""
+    from refindex import errors, isolate
+
+    class Refused(errors.RefindexError):
+        def __init__(self, reason: str, *, key: str, uses: int = 0, file: str | None = None):
+            self.key, self.uses = key, uses
+            super().__init__(reason, file=file)
+
+    monkeypatch.setattr(errors, "Refused", Refused, raising=False)
+    try:
+        raise Refused("x/2 names a local file", key="x/2", uses=3, file="idx.json")
+    except Refused as e:
+        message = isolate.error_message(e)
+    back = isolate.rebuild_error(*message[1:])
+    assert type(back) is Refused and str(back) == "idx.json: x/2 names a local file"
+    assert (back.key, back.uses, back.reason, back.file, back.internal) == ("x/2", 3, "x/2 names a local file",
+                                                                           "idx.json", False)
+    assert "Refused" in back.worker_traceback
