@@ -6,6 +6,11 @@ tool over fsspec pays), ``import refindex``, ``refindex --help``, and a whole
 ``refindex scan`` of a small local file against an h5py walk of it in one process.
 Goal (issue #12): ``import refindex`` and ``refindex --help`` within 0.1 s of
 ``import h5py, fsspec``.
+
+Isolation (issue #13): ``refindex scan`` runs libhdf5 in a forked worker by default; the
+same scan with ``--no-isolate``, and through the Python API's fresh-interpreter worker
+(``isolate=True``, what the CLI's ``--isolate`` used to cost), show what it adds, as a
+difference and a ratio of medians from the same run.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ PY = sys.executable
 REFINDEX = os.path.join(os.path.dirname(PY), "refindex")
 WALK = ("import sys, h5py\nf = h5py.File(sys.argv[1], 'r')\n"
         "f.visititems(lambda n, o: [o.attrs[k] for k in o.attrs])")
+API_ISOLATED = "import sys, refindex\nrefindex.scan_to_file(sys.argv[1], sys.argv[2], isolate=True)"
+SCAN = "refindex scan of it (whole process; isolated, the default)"
+PLAIN = "refindex scan --no-isolate of it"
+SPAWNED = "refindex.scan_to_file(isolate=True) of it (fresh-interpreter worker)"
 
 
 def _small_file(folder: str) -> str:
@@ -54,8 +63,9 @@ def run(repeat: int) -> str:
             "python -c 'import refindex'": [PY, "-c", "import refindex"],
             "refindex --help": [REFINDEX, "--help"],
             "h5py walk of a small file (whole process)": [PY, "-c", WALK, src],
-            "refindex scan of it (whole process)": [REFINDEX, "scan", src, "-o", os.path.join(tmp, "s.json"),
-                                                    "--no-progress"],
+            SCAN: [REFINDEX, "scan", src, "-o", os.path.join(tmp, "s.json"), "--no-progress"],
+            PLAIN: [REFINDEX, "scan", src, "-o", os.path.join(tmp, "n.json"), "--no-progress", "--no-isolate"],
+            SPAWNED: [PY, "-c", API_ISOLATED, src, os.path.join(tmp, "w.json")],
         }
         runs: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(repeat):
@@ -70,9 +80,11 @@ def run(repeat: int) -> str:
         extra = med[name] - base
         lines.append(f"- {name}: {extra:+.3f} s against `import h5py, fsspec` (target <= +0.1 s): "
                      f"{verdict(extra <= 0.1)}")
-    lines.append(f"- refindex scan as a whole process: {med['refindex scan of it (whole process)']:.2f} s, "
-                 f"{med['refindex scan of it (whole process)'] / med['h5py walk of a small file (whole process)']:.2f}x "
-                 "an h5py walk of the same file")
+    lines.append(f"- refindex scan as a whole process: {med[SCAN]:.2f} s, "
+                 f"{med[SCAN] / med['h5py walk of a small file (whole process)']:.2f}x an h5py walk of the same file")
+    lines.append(f"- isolation's cost on this small file: forked worker (the default) {med[SCAN] - med[PLAIN]:+.3f} s, "
+                 f"{med[SCAN] / med[PLAIN]:.2f}x `--no-isolate`; a fresh-interpreter worker "
+                 f"{med[SPAWNED] - med[PLAIN]:+.3f} s, {med[SPAWNED] / med[PLAIN]:.2f}x")
     lines.append("")
     return "\n".join(lines)
 

@@ -29,6 +29,14 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     ``isolate`` / ``timeout`` (libhdf5 in a worker process, see :mod:`refindex.isolate`).
     ``stats``: filled with request/byte counts and timings.  ``progress``: True draws a
     bar on stderr, or pass an object with the methods of :class:`refindex.progress.Progress`.
+
+    Isolation is off by default here, while ``refindex scan`` isolates by default: a
+    damaged file can make libhdf5 abort or loop forever, which takes the calling process
+    with it, but a library must not fork or start processes behind its caller's back
+    (forking a program that runs threads or an event loop can deadlock the child; a
+    caller may manage processes, signals and limits itself).  Pass ``isolate=True`` for
+    files you did not make: a fresh-interpreter worker (~0.3 s to start) turns a crash
+    into WorkerCrashed and a hang into WorkerTimeout after ``timeout`` seconds (600).
     """
     return pipeline.scan_refs(source, options_from(options, keywords), stats=stats, progress=progress)
 

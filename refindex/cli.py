@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
 from typing import Any, Sequence
 
-from .errors import RefindexError
+from .errors import RefindexError, WorkerTimeout
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
 CONVENTIONS = ["auto", "hdmf", "plain"]
@@ -76,10 +77,17 @@ def add_scan(sub: Any) -> None:
     s.add_argument("--portable", action="store_true",
                    help="copy in (decoded, within --inline-max) datasets whose chunks only refindex's own codecs "
                         "read, or fail: the index then opens with numcodecs and imagecodecs alone")
-    s.add_argument("--isolate", action="store_true",
-                   help="run libhdf5 in a worker process, so a hostile file cannot crash or hang refindex")
-    s.add_argument("--timeout", type=float, help="seconds before an --isolate scan is killed (default 600)")
+    add_isolation(s, "scan")
     s.set_defaults(func=cmd_scan)
+
+
+def add_isolation(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--isolate`` (the default) / ``--no-isolate`` and ``--timeout``."""
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
+                        help=f"{what} in a forked worker process, so a file that crashes or hangs libhdf5 ends in a "
+                        "one-line error (default; --no-isolate runs libhdf5 in this process)")
+    parser.add_argument("--timeout", type=float, help="seconds before the worker is killed (default: 1 s per 2 MiB "
+                        "of the input, at least 60 s; remote inputs 600 s; no effect with --no-isolate)")
 
 
 def scan_options(args: argparse.Namespace) -> Any:
@@ -94,17 +102,15 @@ def scan_options(args: argparse.Namespace) -> Any:
         on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
         allow_outside=args.allow_outside,
         max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
-        portable=args.portable, isolate=args.isolate, timeout=args.timeout)
+        portable=args.portable)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
-    from .pipeline import write_index
-
-    stats: dict[str, Any] = {}
     t0 = time.perf_counter()
     out = args.output or _default_output(args.source, args.format)
-    summary = write_index(args.source, out, scan_options(args), format=args.format, record_size=args.record_size,
-                          stats=stats, progress=not args.no_progress and not args.isolate and sys.stderr.isatty())
+    job = {"source": args.source, "output": out, "options": scan_options(args), "format": args.format,
+           "record_size": args.record_size, "progress": not args.no_progress and sys.stderr.isatty()}
+    summary, stats = isolated(scan_job, job, args, out, quiet=not job["progress"]) if args.isolate else scan_job(**job)
     elapsed = time.perf_counter() - t0
     if args.format == "parquet":
         print(f"wrote {out}: {summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline, "
@@ -119,6 +125,49 @@ def cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def scan_job(source: str, output: str, options: Any, format: str, record_size: int | None,  # noqa: A002
+             progress: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``refindex scan``'s work (in the worker when isolated): write the index; its summary and stats."""
+    from .pipeline import write_index
+
+    stats: dict[str, Any] = {}
+    summary = write_index(source, output, options, format=format, record_size=record_size, stats=stats,
+                          progress=progress)
+    return dict(summary), stats
+
+
+def isolated(job: Any, kwargs: dict[str, Any], args: argparse.Namespace, output: str | None = None, *,
+             quiet: bool = True) -> Any:
+    """``job(**kwargs)`` in a worker process (see :mod:`refindex.forked`), killed after ``--timeout``
+    or a limit scaled to the input's size; what a killed worker left half-written beside
+    ``output`` is removed.  ``quiet``: the worker's stderr is shown only when it ends well
+    (False: it draws a progress bar)."""
+    from . import forked, urls
+
+    source = kwargs["source"]
+    limit = args.timeout or forked.time_limit(_local_size(source) if urls.is_local(source) else None)
+
+    def cleanup(pid: int) -> None:
+        if output is not None and urls.is_local(output):
+            from .writers import remove_leftovers
+
+            remove_leftovers(urls.split(output)[1], pid)
+
+    try:
+        return forked.run_once(job, kwargs, timeout=limit, label=source, cleanup=cleanup, quiet=quiet)
+    except WorkerTimeout as e:
+        raise WorkerTimeout(f"{e.reason}; --timeout sets the limit", file=e.file) from None
+
+
+def _local_size(source: str) -> int:
+    from . import urls
+
+    try:
+        return os.path.getsize(urls.split(source)[1])
+    except OSError:
+        return 0  # missing or unreadable: the worker reports that at once
+
+
 # ---------------------------------------------------------------------- verify, info, schema
 def add_verify(sub: Any) -> None:
     v = sub.add_parser("verify", help="compare every dataset read through an index with h5py")
@@ -129,6 +178,7 @@ def add_verify(sub: Any) -> None:
     v.add_argument("--no-check-source", action="store_true",
                    help="compare even if the source changed since it was indexed")
     add_url_policy(v)
+    add_isolation(v, "read the file")
     v.set_defaults(func=cmd_verify)
 
 
@@ -142,6 +192,10 @@ def add_url_policy(p: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    return run_command(verify_body, args, args.source)
+
+
+def verify_body(args: argparse.Namespace) -> int:
     from .read import verify
 
     report = verify(args.source, args.refs, storage_options=args.storage_options,
@@ -157,10 +211,15 @@ def add_info(sub: Any) -> None:
     i = sub.add_parser("info", help="summarise an index (or an HDF5 file's index, made on the fly)")
     i.add_argument("refs")
     i.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
+    add_isolation(i, "read the input")
     i.set_defaults(func=cmd_info)
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    return run_command(info_body, args, args.refs)
+
+
+def info_body(args: argparse.Namespace) -> int:
     from .read import info
 
     summary = info(args.refs, storage_options=args.storage_options)
@@ -182,10 +241,15 @@ def add_schema(sub: Any) -> None:
                    help="compare with a ZOM template instead; exit 1 on any difference (rules: refindex.read)")
     z.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
     z.add_argument("--convention", choices=CONVENTIONS, default="auto", help="when scanning an HDF5 file")
+    add_isolation(z, "read the input")
     z.set_defaults(func=cmd_schema)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    return run_command(schema_body, args, args.source)
+
+
+def schema_body(args: argparse.Namespace) -> int:
     from .read import check, object_model, zom_json
 
     if args.check:
@@ -198,6 +262,28 @@ def cmd_schema(args: argparse.Namespace) -> int:
                          storage_options=args.storage_options, convention=args.convention)
     print(zom_json(model))
     return EXIT_OK
+
+
+def run_command(body: Any, args: argparse.Namespace, source: str) -> int:
+    """A subcommand that may run libhdf5 on ``source``: ``body(args)`` in a worker unless ``--no-isolate``;
+    what it prints is printed here when it ends."""
+    if not args.isolate:
+        return body(args)
+    code, out, err = isolated(command_job, {"source": source, "body": body, "args": args}, args)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
+
+
+def command_job(source: str, body: Any, args: argparse.Namespace) -> tuple[int, str, str]:
+    """``body(args)`` in the worker: its exit code and what it printed (``source``: the input it reads)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = body(args)
+    return int(code), out.getvalue(), err.getvalue()
 
 
 # ---------------------------------------------------------------------- batch, demo

@@ -13,11 +13,17 @@ that runs threads (event loops, dask), and unlike multiprocessing's spawn/forkse
 never re-import the caller's ``__main__``.  A job is a module-level function of
 refindex itself, sent by reference (pickle names its module and name; the worker imports
 it): ``Worker().run(function, {"arg": value})``.
+
+The command line isolates its one call differently, in a fork of itself made before the
+heavy imports (:mod:`refindex.forked`, milliseconds instead of an interpreter start), and
+falls back to a Worker when it cannot fork safely; both speak the messages of
+:func:`job_outcome` and raise the same errors.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -33,6 +39,7 @@ DEFAULT_TIMEOUT = 600.0
 PRELOAD = ("numpy", "h5py", "fsspec", "numcodecs")
 
 Job = Callable[..., Any]
+Cleanup = Callable[[int], None]  # called with the pid of a worker that died mid-job
 
 
 def _check_job(job: Job) -> Job:
@@ -41,6 +48,49 @@ def _check_job(job: Job) -> Job:
     if not callable(job) or not (module == "refindex" or module.startswith("refindex.")) or "<" in job.__qualname__:
         raise ValueError(f"not a refindex job: {job!r}")
     return job
+
+
+def job_outcome(job: Job, kwargs: dict[str, Any]) -> tuple:
+    """Run ``job(**kwargs)`` and describe how it ended, as the message a worker sends back.
+
+    ``("ok", result)``, or an error message (:func:`error_message`) that :func:`rebuild_error`
+    turns back into the exception.
+    """
+    try:
+        return ("ok", _check_job(job)(**kwargs))
+    except RefindexError as e:
+        return error_message(e)
+    except MemoryError:
+        return ("error", "RefindexError", "out of memory (worker memory limit)", kwargs.get("source"),
+                None, traceback.format_exc(), False, {})
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+        return ("error", "RefindexError", f"{type(e).__name__}: {e}", kwargs.get("source"), None,
+                traceback.format_exc(), True, {})
+
+
+def error_message(e: RefindexError) -> tuple:
+    """``("error", class name, reason, file, path, traceback, internal, attributes)`` for a RefindexError.
+
+    ``internal`` flags an exception that is not a RefindexError (a refindex bug rather than
+    a bad file); ``attributes`` are the error's other picklable fields (a subclass may have
+    its own, and its own ``__init__``), so the parent rebuilds the same error.
+    """
+    extra = {}
+    for name, value in vars(e).items():
+        if name not in ("reason", "file", "path", "worker_traceback", "internal"):
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001 - what cannot travel stays behind
+                continue
+            extra[name] = value
+    trace = "".join(traceback.format_exception(e))
+    return ("error", type(e).__name__, e.reason, e.file, e.path, trace, False, extra)
+
+
+def unsendable(e: Exception, kwargs: dict[str, Any]) -> tuple:
+    """The message that replaces a result which cannot be pickled (or is too big to send)."""
+    return ("error", "RefindexError", f"cannot return the result: {type(e).__name__}: {e}",
+            kwargs.get("source"), None, traceback.format_exc(), True, {})
 
 
 def _serve(conn, memory_limit: int | None) -> None:
@@ -55,40 +105,46 @@ def _serve(conn, memory_limit: int | None) -> None:
             job, kwargs = conn.recv()
         except (EOFError, OSError):
             return
-        try:
-            result = ("ok", _check_job(job)(**kwargs))
-        except RefindexError as e:
-            result = ("error", type(e).__name__, e.reason, e.file, e.path, traceback.format_exc(), False)
-        except MemoryError:
-            result = ("error", "RefindexError", "out of memory (worker memory limit)", kwargs.get("source"),
-                      None, traceback.format_exc(), False)
-        except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
-            # Not a RefindexError: a refindex bug rather than a bad file; flagged ``internal``.
-            result = ("error", "RefindexError", f"{type(e).__name__}: {e}", kwargs.get("source"), None,
-                      traceback.format_exc(), True)
+        result = job_outcome(job, kwargs)
         try:
             conn.send(result)
         except Exception as e:  # result not picklable / too big: report that instead
-            conn.send(("error", "RefindexError", f"cannot return the result: {type(e).__name__}: {e}",
-                       kwargs.get("source"), None, traceback.format_exc(), True))
+            conn.send(unsendable(e, kwargs))
 
 
-def _rebuild(name: str, reason: str, file: str | None, path: str | None, trace: str,
-             internal: bool = False) -> RefindexError:
+def rebuild_error(name: str, reason: str, file: str | None, path: str | None, trace: str,
+                  internal: bool = False, attributes: dict[str, Any] | None = None) -> RefindexError:
+    """The exception an error message (:func:`error_message`) describes: same class, message and fields.
+
+    Built without calling the class's own ``__init__``, whose signature a subclass may change.
+    """
     cls = getattr(errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, RefindexError)):
         cls = RefindexError
-    err = cls(reason, file=file, path=path)
+    err = cls.__new__(cls)
+    vars(err).update(attributes or {})
+    RefindexError.__init__(err, reason, file=file, path=path)
     err.worker_traceback = trace  # shown by ``refindex --debug``
     err.internal = internal
     return err
 
 
-def _signal_name(n: int) -> str:
+def signal_name(n: int) -> str:
     try:
         return signal.Signals(n).name
     except ValueError:
         return f"signal {n}"
+
+
+def death_error(code: int | None, label: str | None) -> WorkerCrashed:
+    """The error for a worker that died before answering: ``code`` < 0 is the signal that killed it."""
+    if code is not None and code < 0:
+        return WorkerCrashed(f"libhdf5 crashed (signal {-code}, {signal_name(-code)})", file=label)
+    return WorkerCrashed(f"worker process died (exit code {code})", file=label)
+
+
+def timeout_error(timeout: float | None, label: str | None) -> WorkerTimeout:
+    return WorkerTimeout(f"timed out after {timeout:g} s (worker killed)", file=label)
 
 
 class Worker:
@@ -155,11 +211,13 @@ class Worker:
                 proc.wait(5)
 
     def run(self, job: Job, kwargs: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
-            label: str | None = None) -> Any:
+            label: str | None = None, cleanup: Cleanup | None = None) -> Any:
         """Run ``job(**kwargs)`` (a module-level refindex function) in the worker.
 
         Returns its result, re-raises its RefindexError, or raises WorkerCrashed /
-        WorkerTimeout (the worker is then replaced on the next call).
+        WorkerTimeout (the worker is then replaced on the next call).  ``cleanup(pid)``
+        runs after the worker died or was killed in the middle of the job (to remove
+        what that process left half-written).
         """
         label = label or (str(kwargs.get("source")) if kwargs.get("source") is not None else None)
         _check_job(job)
@@ -167,25 +225,25 @@ class Worker:
             if not self._alive():
                 self._kill()
                 self._start()
+            pid = self._proc.pid
             try:
                 self._conn.send((job, kwargs))
                 ready = self._conn.poll(timeout)
+                if not ready:
+                    self._kill()
+                    raise timeout_error(timeout, label)
+                try:
+                    msg = self._conn.recv()
+                except (EOFError, OSError):
+                    raise death_error(self._kill(), label) from None
             except BaseException:
                 self._kill()
+                if cleanup is not None:
+                    cleanup(pid)
                 raise
-            if not ready:
-                self._kill()
-                raise WorkerTimeout(f"timed out after {timeout:g} s (worker killed)", file=label)
-            try:
-                msg = self._conn.recv()
-            except (EOFError, OSError):
-                code = self._kill()
-                if code is not None and code < 0:
-                    raise WorkerCrashed(f"libhdf5 crashed (signal {-code}, {_signal_name(-code)})", file=label)
-                raise WorkerCrashed(f"worker process died (exit code {code})", file=label)
         if msg[0] == "ok":
             return msg[1]
-        raise _rebuild(*msg[1:])
+        raise rebuild_error(*msg[1:])
 
 
 class _Duplex:

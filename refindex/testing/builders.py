@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import h5py
 import numpy as np
@@ -41,12 +39,3 @@ def write_one_byte_chunks(path: str | os.PathLike, rows: int, cols: int, name: s
         for r, c in zip(rng.integers(0, rows, 200).tolist(), rng.integers(0, cols, 200).tolist()):
             if d.id.get_chunk_info_by_coord((r, c)).byte_offset != first + r * cols + c or d[r, c] != values[r, c]:
                 raise RuntimeError(f"{path}: chunks were not allocated as one run in chunk order")
-
-
-def selftest(kind: str, seconds: float = 3600.0) -> str:
-    """A worker job that misbehaves on purpose ("crash", "hang", "ok"): checks the isolation itself."""
-    if kind == "crash":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif kind == "hang":
-        time.sleep(seconds)
-    return kind

@@ -6,7 +6,7 @@ tables) or as fsspec's parquet reference layout (``_parquet``); every write appe
 or not at all (``_atomic``).  A new output format is a module beside these.
 """
 
-from ._atomic import atomic_file, atomic_folder, atomic_write_bytes
+from ._atomic import atomic_file, atomic_folder, atomic_write_bytes, remove_leftovers
 from ._json import STREAM_BLOCK, dumps, format_rows, write_json, write_json_stream
 from ._parquet import DEFAULT_RECORD_SIZE, ZMETADATA, array_records, metadata_document, write_parquet
 from ._refs import (FORMAT_VERSION, chunk_refs, consolidated, head_refs, metadata_items, metadata_json, prefix_of,
@@ -14,5 +14,5 @@ from ._refs import (FORMAT_VERSION, chunk_refs, consolidated, head_refs, metadat
 
 __all__ = ["DEFAULT_RECORD_SIZE", "FORMAT_VERSION", "STREAM_BLOCK", "ZMETADATA", "array_records", "atomic_file",
            "atomic_folder", "atomic_write_bytes", "chunk_refs", "consolidated", "dumps", "format_rows", "head_refs",
-           "metadata_document", "metadata_items", "metadata_json", "prefix_of", "to_refs", "url_templates",
-           "write_json", "write_json_stream", "write_parquet", "zarray"]
+           "metadata_document", "metadata_items", "metadata_json", "prefix_of", "remove_leftovers", "to_refs",
+           "url_templates", "write_json", "write_json_stream", "write_parquet", "zarray"]

@@ -1,4 +1,9 @@
-"""Writes that appear whole or not at all: a temporary name beside the destination, then a rename."""
+"""Writes that appear whole or not at all: a temporary name beside the destination, then a rename.
+
+Temporary names carry the writing process's id (``.refindex-<pid>-...``), so when a worker
+process is killed in the middle of a write, :func:`remove_leftovers` can remove exactly
+what that process left, and nothing another refindex process is writing in the same folder.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,12 @@ import os
 import shutil
 import tempfile
 from typing import Any, Iterator
+
+TEMP_PREFIX = ".refindex-"
+
+
+def _prefix(pid: int | None = None) -> str:
+    return f"{TEMP_PREFIX}{os.getpid() if pid is None else pid}-"
 
 
 def current_umask() -> int:
@@ -33,7 +44,7 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Any]:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".refindex-", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(), suffix=".tmp", dir=folder)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
@@ -62,7 +73,7 @@ def atomic_folder(out_dir: str) -> Iterator[str]:
     """A temporary folder beside ``out_dir`` to fill; swapped into place on success, removed on failure."""
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".refindex-", suffix=".parq.tmp", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=_prefix(), suffix=".parq.tmp", dir=parent)
     try:
         os.chmod(tmp, 0o777 & ~current_umask())  # a folder as the user makes them (mkdtemp's is 0700)
         yield tmp
@@ -76,7 +87,7 @@ def _swap_into_place(tmp: str, out_dir: str) -> None:
     """Rename ``tmp`` to ``out_dir``; an existing index is moved aside first, then removed."""
     old = None
     if os.path.exists(out_dir):
-        old = tempfile.mkdtemp(prefix=".refindex-", suffix=".old", dir=os.path.dirname(out_dir))
+        old = tempfile.mkdtemp(prefix=_prefix(), suffix=".old", dir=os.path.dirname(out_dir))
         os.rmdir(old)
         os.rename(out_dir, old)
     try:
@@ -87,3 +98,27 @@ def _swap_into_place(tmp: str, out_dir: str) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_leftovers(path: str | os.PathLike, pid: int) -> list[str]:
+    """Remove the temporary files and folders process ``pid`` left beside ``path``; returns their names.
+
+    For a process killed in the middle of writing (a crashed or timed-out worker).  A
+    previous parquet index it had moved aside (``.old``) goes back into place when the
+    new one never arrived.
+    """
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(_prefix(pid))]
+    except OSError:
+        return []
+    for name in names:
+        full = os.path.join(folder, name)
+        if name.endswith(".old") and not os.path.exists(path):
+            os.rename(full, path)
+        elif os.path.isdir(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(full)
+    return names

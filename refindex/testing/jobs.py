@@ -1,0 +1,33 @@
+"""Worker jobs that misbehave on purpose, to test the isolation itself.
+
+Light to import (no h5py, no numpy), so a test can run them through a forked worker
+from a process that has loaded nothing heavy, as ``refindex`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def selftest(kind: str, seconds: float = 3600.0) -> str:
+    """A worker job that misbehaves on purpose ("crash", "hang", "ok"): checks the isolation itself."""
+    if kind == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif kind == "hang":
+        time.sleep(seconds)
+    return kind
+
+
+def die_while_writing(source: str, output: str) -> None:
+    """Start an atomic write of ``output``, then die by SIGKILL half-way, as a crash inside libhdf5 would.
+
+    Nothing below a signal runs: the temporary file stays unless the parent removes it.
+    """
+    from ..writers import atomic_file
+
+    with atomic_file(output) as fh:
+        fh.write(b"half an index")
+        fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
