@@ -31,7 +31,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 DIGESTS = HERE / "data" / "golden_digests.json"
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", HERE.parents[1] / "shared" / "corpus"))
+sys.path.insert(0, str(HERE))
+from corpus import CORPUS  # noqa: E402
 
 
 # ---------------------------------------------------------------- inputs

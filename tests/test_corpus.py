@@ -9,17 +9,15 @@ skip with the reason.
 from __future__ import annotations
 
 import csv
-import os
 import re
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 
 import refindex
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 pytestmark = pytest.mark.skipif(not MANIFEST.exists(), reason=f"HDF5 corpus not found at {CORPUS}")

@@ -10,14 +10,12 @@ The long run is ``make fuzz`` (benchmarks/fuzz_long.py).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
 from refindex.testing import fuzz
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 
 
 def test_fuzz_mutated_corpus_files(tmp_path, capsys):

@@ -12,7 +12,6 @@ import csv
 import json
 import os
 import warnings
-from pathlib import Path
 
 import fsspec
 import h5py
@@ -29,7 +28,7 @@ pynwb = pytest.importorskip("pynwb")
 hdmf_zarr = pytest.importorskip("hdmf_zarr")
 from hdmf_zarr.nwb_zarrv2 import NWBZarrV2IO  # noqa: E402
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 
 
 # ---------------------------------------------------------------- helpers

@@ -26,7 +26,7 @@ from refindex.isolate import Worker
 
 from conftest import assert_same_values, consumer_open, free_port, moto_s3, scan_open, zvalues
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 
 
 def _simple(path: Path) -> Path:
@@ -504,7 +504,7 @@ def test_chunk_listed_but_not_found_by_lookup(tmp_path):
 
 def test_damaged_chunk_index_is_an_error_not_wrong_data(tmp_path):
     """A zeroed B-tree node lists one chunk five times (four with offset 0): refuse, naming the dataset."""
-    src = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "hdf5" / "1_a.h5"
+    src = CORPUS / "hdf5" / "1_a.h5"
     if not src.exists():
         pytest.skip(f"corpus file {src} not found")
     data = bytearray(src.read_bytes())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from refindex.read import METADATA_NAMES, IndexStore, consolidation_differences
 
 from conftest import assert_same_values, json_roundtrip, moto_s3
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 

@@ -9,7 +9,6 @@ codec no stock package has.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 import refindex
 from stockenv import StockError, StockGroup, StockReader
 
-CORPUS = Path(os.environ.get("REFINDEX_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+from corpus import CORPUS  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 
