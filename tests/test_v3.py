@@ -18,7 +18,6 @@ import copy
 import csv
 import json
 import os
-import posixpath
 import subprocess
 import sys
 import textwrap
@@ -353,36 +352,19 @@ def test_open_nwb_reads_a_v3_index_with_nwbzarrio(nwb3, main3, tmp_path):
 
 
 def linked_io_class():
-    """The reader's recipe for external links (README): hdmf-zarr's NWBZarrIO with one override.
+    """The README's recipe for external links, run as printed there (one override of hdmf-zarr's NWBZarrIO).
 
     hdmf-zarr 0.14 resolves another file only for local directory stores: through any
     FsspecStore it concatenates ``str(store)`` with the source and fails.  ``resolve_ref``
     is the override point: a ``source`` other than ``"."`` opens that file's own v3 index.
-    Its store gets its own path (keys under ``<source>/``), because hdmf-zarr keys the
-    builders it has read by ``str(store)`` plus the object path.
     """
     from hdmf_zarr.nwb import NWBZarrIO
 
-    class LinkedNWBZarrIO(NWBZarrIO):
-        def __init__(self, *args, linked=None, **kwargs):
-            self.linked = dict(linked or {})
-            self.linked_roots: dict[str, zarr.Group] = {}
-            super().__init__(*args, **kwargs)
-
-        def resolve_ref(self, zarr_ref):
-            source = zarr_ref.get("source") if isinstance(zarr_ref, dict) else None
-            if source in (None, ".") or source not in self.linked:
-                return super().resolve_ref(zarr_ref)
-            if source not in self.linked_roots:
-                refs = self.linked[source]
-                moved = dict(refs, refs={f"{source}/{k}": v for k, v in refs["refs"].items()})
-                fs = fsspec.filesystem("reference", fo=moved, asynchronous=True)
-                store = zarr.storage.FsspecStore(fs, read_only=True, path=source)
-                self.linked_roots[source] = zarr.open_group(store, mode="r", zarr_format=3)
-            root, path = self.linked_roots[source], zarr_ref.get("path")
-            return (posixpath.basename(path) if path else "root"), (root[path] if path else root)
-
-    return LinkedNWBZarrIO
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = next(block for block in readme.split("```python")[1:] if "class LinkedNWBZarrIO" in block)
+    namespace = {"NWBZarrIO": NWBZarrIO, "fsspec": fsspec, "zarr": zarr}
+    exec(code.split("```", 1)[0], namespace)  # noqa: S102 - the documented recipe itself
+    return namespace["LinkedNWBZarrIO"]
 
 
 def test_nwb_external_links(nwb3, tmp_path):
@@ -840,6 +822,38 @@ def test_codec_entry_points_need_no_reader_code(zoo, tmp_path):
     env["PYTHONPATH"] = root
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode != 0 and "numcodecs.refindex_h5bitshuffle" in out.stderr
+
+
+def test_cli_and_batch_make_v3_indexes(zoo, tmp_path, capsys):
+    from refindex.cli import main
+
+    out, parq = tmp_path / "gzip.json", tmp_path / "gzip.parq"
+    assert main(["scan", str(zoo["filter_gzip"]), "-o", str(out), "--zarr-format", "3", "--no-progress"]) == 0
+    assert main(["scan", str(zoo["filter_gzip"]), "-o", str(parq), "--zarr-format", "3", "--format", "parquet",
+                 "--inline-dataset-threshold", "0", "--no-progress"]) == 0
+    refs = json.loads(out.read_text())
+    assert refs["refindex"]["zarr_format"] == 3 and doc(refs, "x")["codecs"][1]["name"] == "numcodecs.zlib"
+    assert values(parquet_group(parq)["x"]).tolist() == values(open3(refs)["x"]).tolist()
+    # a worker process (--isolate) makes the same index
+    iso = tmp_path / "iso.json"
+    assert main(["scan", str(zoo["filter_gzip"]), "-o", str(iso), "--zarr-format", "3", "--isolate"]) == 0
+    assert json.loads(iso.read_text())["refs"] == refs["refs"]
+    # batch: v3 indexes beside each input; a re-run finds them up to date, v2 options rescan
+    inputs = [str(zoo["filter_lz4"]), str(zoo["dtypes"])]
+    report = refindex.run_batch(inputs, output=str(tmp_path / "b"), workers=0, progress=False, zarr_format=3)
+    assert not report.failed and len(report.results) == 2
+    for r in report.results:
+        assert "zarr.json" in json.loads(Path(r.index).read_text())["refs"], r.index
+    again = refindex.run_batch(inputs, output=str(tmp_path / "b"), workers=0, progress=False, zarr_format=3)
+    assert {r.status for r in again.results} == {"up_to_date"}
+    v2 = refindex.run_batch(inputs, output=str(tmp_path / "b"), workers=0, progress=False)
+    assert {r.status for r in v2.results} == {"indexed"}
+    assert main(["batch", *inputs, "-o", str(tmp_path / "c"), "--zarr-format", "3", "--workers", "0",
+                 "--no-progress"]) == 0
+    assert all("zarr.json" in json.loads(p.read_text())["refs"] for p in (tmp_path / "c").rglob("*.refs.json"))
+    with pytest.raises(refindex.RefindexError, match="zarr v2"):
+        refindex.run_batch(inputs, output=str(tmp_path / "d"), workers=0, progress=False, zarr_format=3,
+                           combine=str(tmp_path / "all.json"))
 
 
 # ---------------------------------------------------------------- v3 parquet
