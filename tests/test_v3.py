@@ -1025,6 +1025,7 @@ def test_corpus_v3_reads_like_v2(row, stock, tmp_path):
     COUNTS["files"] += 1
     COUNTS["arrays"] += len(a2)
     own = [c for c in r3["refindex"]["codecs"] if "refindex" in c]
+    assert bool(own) == (row["relpath"] in V3_NEEDS_REFINDEX), own
     if [c for c in r3["refindex"]["codecs"] if c.startswith("imagecodecs_")] or own:
         index = tmp_path / "index3.json"
         index.write_text(json.dumps(r3, allow_nan=True))
@@ -1033,6 +1034,24 @@ def test_corpus_v3_reads_like_v2(row, stock, tmp_path):
         assert all(any(c in s for c in own) for s in bad.values()), bad  # only refindex's own codecs fail
         assert bool(bad) == bool(own), (bad, own)
         COUNTS["stock_files"] += 1
+
+
+# Files whose v3 index names refindex's own codecs: bitshuffle with LZ4 (as in v2), and blosc2 (stock in v2).
+V3_NEEDS_REFINDEX = ("kerchunk/hdf5_compression_bitshuffle.h5", "jhdf/bitshuffle_datasets.hdf5",
+                     "hdf5_plugins/h5ex_d_blosc2.h5")
+
+
+@NO_CORPUS
+@pytest.mark.parametrize("rel", V3_NEEDS_REFINDEX)
+def test_corpus_portable_v3_index_opens_with_no_refindex(rel, stock, tmp_path):
+    path = CORPUS / rel
+    index = tmp_path / "portable3.json"
+    refindex.scan_to_file(path, index, zarr_format=3, portable=True)
+    refs = json.loads(index.read_text())
+    assert not [c for c in refs["refindex"]["codecs"] if "refindex" in c], refs["refindex"]["codecs"]
+    assert stock.ask("open", str(index), True)["arrays"]
+    results = _stock_results(stock, path, index)
+    assert {s.split(":")[0] for s in results.values()} == {"exact"}, results
 
 
 NETCDF = [r for r in ROWS if r["relpath"].endswith(".nc") or "_NCProperties" in r["notes"]]

@@ -14,7 +14,7 @@ _WHERE = {
     "FILTER_NAMES": "_filters", "NoCodec": "_filters", "filter_list": "_filters", "pipeline": "_filters",
     "string_padding": "_filters", "lzf_within_stock_ratio": "_filters", "refindex_lzf": "_filters",
     "codec_pipeline": "_runtime", "encode_chunk": "_runtime", "register_codecs": "_runtime",
-    "DTypePlan": "_dtypes", "descr": "_dtypes", "dtype_of": "_dtypes", "stored_as_numpy": "_dtypes", "describe_number_type": "_dtypes",
+    "DTypePlan": "_dtypes", "descr": "_dtypes", "dtype_of": "_v3", "stored_as_numpy": "_dtypes", "describe_number_type": "_dtypes",
     "holds_zarr_lacks": "_longdouble", "view_dtype_attr": "_dtypes", "clear_long_padding": "_longdouble", "packed_dtype": "_dtypes", "plan_dtype": "_dtypes",
     "codec_ids": "_catalog", "codec_provider": "_catalog", "register_stock_codecs": "_runtime",
     "zarr_refusal": "_catalog",

@@ -311,15 +311,3 @@ def packed_dtype(dt: np.dtype) -> np.dtype:
     """``dt`` without padding between fields (what zarr's descr can express)."""
     return _packed(dt)
 
-
-def dtype_of(description: Any) -> np.dtype:
-    """The numpy dtype of a zarr v2 dtype description (:func:`descr`'s output: a type string, or a
-    list of ``[name, description]`` fields)."""
-    if isinstance(description, str):
-        return np.dtype(description)
-    fields = []
-    for f in description:
-        if len(f) != 2:
-            raise ValueError(f"structured field {f!r} with a shape (refindex writes sub-arrays as records)")
-        fields.append((str(f[0]), dtype_of(f[1])))
-    return np.dtype(fields)

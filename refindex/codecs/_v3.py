@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+import numpy as np
+
 # v2 id -> (v3 name, configuration keys kept).  Only ids refindex writes; anything else is refused.
 V3_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "zlib": ("numcodecs.zlib", ("level",)),
@@ -49,6 +51,19 @@ OBJECT_CODECS: dict[str, tuple[str, dict[str, Any]]] = {
 # v2 codecs that are stock in v2 but whose v3 form is refindex's own (see the module docstring)
 NOT_STOCK_IN_V3 = frozenset({"imagecodecs_bitshuffle", "astype", "imagecodecs_b2nd"})
 BYTESWAP = "numcodecs.refindex_byteswap"
+
+
+def dtype_of(description: Any) -> np.dtype:
+    """The numpy dtype of a zarr v2 dtype description (a type string, or a list of ``[name, description]``
+    fields, as :func:`refindex.codecs.descr` writes them)."""
+    if isinstance(description, str):
+        return np.dtype(description)
+    fields = []
+    for f in description:
+        if len(f) != 2:
+            raise ValueError(f"structured field {f!r} with a shape (refindex writes sub-arrays as records)")
+        fields.append((str(f[0]), dtype_of(f[1])))
+    return np.dtype(fields)
 
 
 class NoV3Codec(Exception):

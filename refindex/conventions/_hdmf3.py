@@ -36,8 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import urls
-from ..codecs import codec_pipeline, dtype_of, encode_chunk
+from .. import codecs, urls
 from ..model import ArrayNode, LinkNode, Tree, join
 
 REFERENCE_DTYPE = "object_reference"
@@ -145,7 +144,7 @@ def _dataset(node: ArrayNode, *, spec: bool) -> None:
 
 def _decode(node: ArrayNode, data: bytes) -> Any:
     buf: Any = data
-    for codec in reversed(codec_pipeline(node.filters, node.compressor)):
+    for codec in reversed(codecs.codec_pipeline(node.filters, node.compressor)):  # (numcodecs loads here)
         buf = codec.decode(buf)
     return buf
 
@@ -176,7 +175,7 @@ def _reference_paths(node: ArrayNode) -> None:
     for key, data in list(node.inline.items()):
         texts = np.asarray(_decode(node, data), dtype=object)
         paths = np.array([_path_of(str(t)) for t in texts.reshape(-1)], dtype=object).reshape(texts.shape)
-        node.inline[key] = encode_chunk(paths, node.filters, node.compressor)
+        node.inline[key] = codecs.encode_chunk(paths, node.filters, node.compressor)
 
 
 def _compound(node: ArrayNode) -> None:
@@ -191,7 +190,7 @@ def _compound(node: ArrayNode) -> None:
         raise _NoForm(f"compound with references stored as {node.dtype} with filters {node.filters}")
     if node.refs is not None and len(node.refs):
         raise _NoForm("compound with references whose chunks are referenced in the file (they must be inline)")
-    dt = dtype_of(node.dtype)
+    dt = codecs.dtype_of(node.dtype)
     decoded: dict[str, np.ndarray] = {}
     paths: dict[str, dict[str, np.ndarray]] = {}
     width = dict.fromkeys(ref_fields, MIN_COMPOUND_TEXT)
@@ -207,7 +206,7 @@ def _compound(node: ArrayNode) -> None:
         out = np.zeros(arr.shape, dtype=new_dt)
         for name in dt.names:
             out[name] = paths[key][name] if name in width else arr[name]
-        node.inline[key] = encode_chunk(out, None, node.compressor)
+        node.inline[key] = codecs.encode_chunk(out, None, node.compressor)
     node.dtype = [[f[0], new_dt.fields[f[0]][0].str] if f[0] in width else list(f) for f in node.dtype]
     node.fill_value = None  # zeros: empty paths and zero numbers, as the v2 fill was
     node.attrs["_REFERENCE_FIELDS"] = ref_fields
