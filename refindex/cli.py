@@ -68,6 +68,8 @@ def add_scan(sub: Any) -> None:
     s.add_argument("--format", choices=["json", "parquet"], default="json",
                    help="json: one RFS JSON file; parquet: a folder in fsspec's LazyReferenceMapper layout")
     s.add_argument("--record-size", type=int, help="references per parquet file (--format parquet; default 100000)")
+    s.add_argument("--zarr-format", type=int, choices=[2, 3], default=2,
+                   help="2: .zarray/.zgroup metadata (default); 3: zarr.json documents, chunk keys c/i/j")
     s.add_argument("--follow-external", action="store_true",
                    help="also index files that external links point into (written beside the output)")
     s.add_argument("--allowed-root", help="folder other files (external links/storage) must be in "
@@ -102,7 +104,7 @@ def scan_options(args: argparse.Namespace) -> Any:
         on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
         allow_outside=args.allow_outside,
         max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
-        portable=args.portable)
+        portable=args.portable, zarr_format=args.zarr_format)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -298,6 +300,7 @@ def add_batch(sub: Any) -> None:
                    "the output or the inputs' common folder)")
     b.add_argument("--format", choices=["json", "parquet"], default="json")
     b.add_argument("--record-size", type=int, help="references per parquet file (--format parquet)")
+    b.add_argument("--zarr-format", type=int, choices=[2, 3], default=2, help="zarr format of the indexes (see scan)")
     b.add_argument("--workers", type=int, help="local worker processes (default: cores; 0: in this process)")
     b.add_argument("--dask-scheduler", metavar="ADDRESS", help="run on a Dask cluster (tcp://host:8786)")
     b.add_argument("--dask", action="store_true", help="run on a local Dask cluster of --workers processes")
@@ -328,7 +331,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
                        concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
-                       on_unsupported=args.on_unsupported, portable=args.portable)
+                       on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format)
     for r in report.failed:
         print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
     for r in report.check_failed:

@@ -102,6 +102,9 @@ class ArrayNode:
     kind: Any = None
     scalar: bool = False  # HDF5 scalar dataspace (shape ())
     object_id: str | None = None
+    # Dimension names a zarr v3 index states in ``dimension_names`` (set by the v3 conventions;
+    # v2 indexes carry them in the ``_ARRAY_DIMENSIONS`` attribute only).
+    dimension_names: list[str] | None = None
 
 
 @dataclass
@@ -161,6 +164,41 @@ def chunk_keys(coords: np.ndarray) -> list[str]:
     return list(map(".".join(["{}"] * ndim).format, *cols))
 
 
+@dataclass(frozen=True)
+class KeyEncoding:
+    """How an index names a chunk by its grid position.
+
+    The model keeps inline chunks under v2 keys (:func:`chunk_key`: ``"i.j"``, ``"0"`` for a
+    0-d array); an index writes them in its own encoding: zarr v2's (:data:`V2_KEYS`) or
+    zarr v3's default one with ``/`` (:data:`V3_KEYS`: ``"c/i/j"``, ``"c"`` for a 0-d array).
+    """
+
+    lead: str  # before the first index
+    sep: str  # between indices
+    scalar: str  # the one chunk of a 0-d array
+
+    def key(self, coords) -> str:
+        return self.lead + self.sep.join(str(int(c)) for c in coords) if len(coords) else self.scalar
+
+    def keys(self, coords: np.ndarray) -> list[str]:
+        """:meth:`key` of every row of an (n, ndim) coordinate array, built column-wise."""
+        n, ndim = coords.shape
+        if ndim == 0:
+            return [self.scalar] * n
+        cols = [coords[:, i].tolist() for i in range(ndim)]
+        return list(map((self.lead + self.sep.join(["{}"] * ndim)).format, *cols))
+
+    def of_model_key(self, key: str, ndim: int) -> str:
+        """A model (v2) chunk key of an ``ndim``-dimensional array in this encoding."""
+        if ndim == 0:
+            return self.scalar
+        return self.lead + key.replace(".", self.sep) if self.sep != "." or self.lead else key
+
+
+V2_KEYS = KeyEncoding("", ".", "0")
+V3_KEYS = KeyEncoding("c/", "/", "c")
+
+
 class RefsDocument(TypedDict, total=False):
     """A ReferenceFileSystem (version 1) as refindex writes it."""
 
@@ -171,7 +209,8 @@ class RefsDocument(TypedDict, total=False):
 
 
 def external_sources(refs: RefsDocument) -> list[str]:
-    """The other files (``source`` values other than ".") that an index's links and attribute references name."""
+    """The other files (``source`` values other than ".") that an index's links and attribute references name
+    (``zarr_link``/``_LINKS`` entries, ``_REFERENCE`` attributes; zarr v2 or v3 documents)."""
     found: set[str] = set()
 
     def walk(v: Any) -> None:
@@ -186,6 +225,9 @@ def external_sources(refs: RefsDocument) -> list[str]:
                 walk(x)
 
     for key, value in (refs.get("refs") or {}).items():
-        if key.rsplit("/", 1)[-1] == ".zattrs" and isinstance(value, str):
+        name = key.rsplit("/", 1)[-1]
+        if name == ".zattrs" and isinstance(value, str):
             walk(json.loads(value))
+        elif name == "zarr.json" and isinstance(value, str):  # zarr v3: a node's attributes
+            walk(json.loads(value).get("attributes"))
     return sorted(found)

@@ -14,6 +14,8 @@ from typing import Any, Literal, TypedDict
 MiB = 1 << 20
 Convention = Literal["auto", "hdmf", "plain"]
 OnUnsupported = Literal["error", "skip"]
+ZarrFormat = Literal[2, 3]
+ZARR_FORMATS = (2, 3)
 
 
 @dataclass
@@ -66,7 +68,9 @@ class ScanOptions:
     ``check_sample`` (compare a sample of chunks with libhdf5's reads; None: local files
     only), ``convention`` ("auto", "hdmf" or "plain"), ``portable`` (datasets whose stored
     chunks only refindex's own codecs decode are copied in, decoded, within ``inline_max``
-    — or fail — so the index opens with numcodecs and imagecodecs alone).
+    — or fail — so the index opens with numcodecs and imagecodecs alone), ``zarr_format``
+    (2: ``.zarray``/``.zgroup`` metadata, the default; 3: ``zarr.json`` documents, chunk
+    keys ``c/i/j``, recorded as ``"zarr_format": 3``).
 
     How it is made (not recorded): ``url`` (what the references point at, when not the
     source), ``storage_options`` (fsspec, never written into an index), ``cache``,
@@ -85,6 +89,7 @@ class ScanOptions:
     check_sample: bool | None = None
     portable: bool = False
     convention: Convention = "auto"
+    zarr_format: ZarrFormat = 2
     url: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
     cache: CacheOptions = field(default_factory=CacheOptions)
@@ -92,9 +97,20 @@ class ScanOptions:
     isolate: bool = False
     timeout: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.zarr_format not in ZARR_FORMATS:
+            raise ValueError(f"zarr_format must be 2 or 3, not {self.zarr_format!r}")
+
     def recorded(self) -> dict[str, Any]:
-        """The fields that decide the index's content, as its provenance records them."""
-        return {name: getattr(self, name) for name in RECORDED}
+        """The fields that decide the index's content, as its provenance records them.
+
+        ``zarr_format`` is listed for format 3 only: a v2 index records what it always did
+        (its bytes stay as they were), and v2 and v3 scans never share a cache entry.
+        """
+        out = {name: getattr(self, name) for name in RECORDED}
+        if self.zarr_format != 2:
+            out["zarr_format"] = self.zarr_format
+        return out
 
     def but(self, **changes: Any) -> "ScanOptions":
         """A copy with ``changes`` (options are passed down, never modified in place)."""
@@ -125,6 +141,8 @@ class ScanOptions:
                 value = int(value)
             elif name == "storage_options":
                 value = dict(value)
+            elif name == "zarr_format":
+                value = int(value)
             chosen[name] = value
         return cls(**chosen)
 
@@ -136,6 +154,7 @@ class ScanKeywords(TypedDict, total=False):
     url: str | None
     storage_options: dict[str, Any] | None
     convention: Convention
+    zarr_format: ZarrFormat
     inline_threshold: int | None
     inline_dataset_threshold: int | None
     inline_max: int | None

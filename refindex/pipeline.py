@@ -8,6 +8,7 @@ command line, batch tasks and worker processes all come through here with one
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from . import codecs, conventions, safety, urls, writers
@@ -27,6 +28,7 @@ class WriteSummary(TypedDict, total=False):
     """What writing an index did: counts, bytes, what was skipped (and the index itself when asked)."""
 
     format: str
+    zarr_format: int  # zarr v3 indexes only
     keys: int
     records: int  # parquet: record files written
     chunks_referenced: int
@@ -39,9 +41,26 @@ class WriteSummary(TypedDict, total=False):
 
 
 # ---------------------------------------------------------------------- scanning
+@dataclass
+class Scanned:
+    """A file's :class:`Tree` as the scanner left it (no convention yet), and what an index
+    records of its source.  One scan can make indexes of both zarr formats: each takes its
+    own copy (``copy.deepcopy``) through :func:`prepare_tree`."""
+
+    tree: Tree
+    label: str  # the file as the user named it (error messages)
+    source: dict[str, Any]  # {"url": what the references point at, size, etag/mtime}
+
+
 def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
               progress: Progress | bool | None = None) -> Tree:
     """Scan ``source`` into a :class:`Tree` with its convention applied and its provenance filled in."""
+    return prepare_tree(scan_source(source, options, stats=stats, progress=progress), options)
+
+
+def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
+                progress: Progress | bool | None = None) -> Scanned:
+    """Run the scanner over ``source``: the Tree, before any convention (see :func:`prepare_tree`)."""
     with open_source(source, options.storage_options, options.cache) as src:
         target = safety.strip_credentials(options.url or src.url)
         safety.check_target_url(target, explicit=options.url is not None)
@@ -57,35 +76,74 @@ def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
         finally:
             if bar is not None:
                 bar.close()
-        chosen = conventions.apply(tree, options.convention)
-        check_readable(tree, options, src.url)
-        safety.check_inline_total(tree, options.max_inline_total, file=src.url)
         # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
         # copy), only the size is known to hold for the target too.
         described = src.info if target == src.url else {"size": src.info["size"]}
-        tree.provenance.update({"refindex_version": __version__, "source": {"url": target, **described},
-                                "convention": chosen, "options": options.recorded(),
-                                "codecs": codecs.codec_ids(writers.zarray(a) for a in tree.arrays.values())})
         # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
+    return Scanned(tree, src.url, {"url": target, **described})
+
+
+def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
+    """The scanned Tree made ready for an index of ``options.zarr_format``: its convention,
+    zarr's verdict on every array, the inline total, the provenance."""
+    tree, file = scanned.tree, scanned.label
+    if options.zarr_format == 3:
+        chosen, refused = conventions.apply_v3(tree, options.convention)
+        for path, reason in refused:
+            refuse(tree, options, file, path, reason)
+        listed = writers.v3.codecs_of
+    else:
+        chosen = conventions.apply(tree, options.convention)
+        listed = _v2_codec_ids
+    check_readable(tree, options, file)
+    safety.check_inline_total(tree, options.max_inline_total, file=file)
+    tree.provenance.update({"refindex_version": __version__, "source": dict(scanned.source),
+                            "convention": chosen, "options": options.recorded(), "codecs": listed(tree)})
     return tree
+
+
+def _v2_codec_ids(tree: Tree) -> list[str]:
+    return codecs.codec_ids(writers.zarray(a) for a in tree.arrays.values())
+
+
+def refuse(tree: Tree, options: ScanOptions, file: str, path: str, reason: str) -> None:
+    """What cannot be represented: an error naming the dataset, or (``on_unsupported="skip"``)
+    the array dropped and recorded in the index's ``skipped`` list."""
+    if options.on_unsupported != "skip":
+        raise UnsupportedError(reason, file=file, path=path)
+    tree.arrays.pop(path, None)
+    tree.skipped.append({"path": path, "reason": reason})
 
 
 def check_readable(tree: Tree, options: ScanOptions, file: str) -> None:
     """Every array's metadata parsed by zarr the way a reader's zarr will (dtype, fill value,
     codecs): what zarr refuses fails naming the dataset, or is recorded with ``on_unsupported="skip"``."""
     for path, node in list(tree.arrays.items()):
+        why = array_refusal(node, options)
+        if why is not None:
+            refuse(tree, options, file, path, why)
+
+
+def array_refusal(node: Any, options: ScanOptions) -> str | None:
+    """Why an index of ``options.zarr_format`` cannot hold this array (None: it can)."""
+    if options.zarr_format != 3:
         why = codecs.zarr_refusal(writers.zarray(node))
-        if why is None:
-            continue
-        reason = f"zarr cannot open the array this dataset would become ({why})"
-        if options.on_unsupported != "skip":
-            raise UnsupportedError(reason, file=file, path=path)
-        del tree.arrays[path]
-        tree.skipped.append({"path": path, "reason": reason})
+        return None if why is None else f"zarr cannot open the array this dataset would become ({why})"
+    try:
+        doc = writers.v3.array_document(node, portable=options.portable)
+    except writers.v3.NoV3Form as e:
+        return f"no zarr v3 form: {e}"
+    why = codecs.zarr_refusal_v3(doc)
+    if why is not None:
+        return f"zarr cannot open the array this dataset would become ({why})"
+    own = [c for c in codecs.codec_names([doc]) if codecs.codec_provider(c, 3) == "refindex"]
+    if options.portable and own:
+        return f"a portable index may not name refindex's own codec {own[0]}"
+    return None
 
 
 def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
@@ -105,7 +163,7 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
             stats.update(job_stats)
         return refs
     tree = scan_tree(source, options, stats=stats, progress=progress)
-    refs = writers.to_refs(tree)
+    refs = writers.v3.to_refs(tree) if options.zarr_format == 3 else writers.to_refs(tree)
     safety.check_publishable(refs, options.storage_options, file=tree.url)
     if options.follow_external:
         read_url = urls.normalise(os.fspath(source))
@@ -168,8 +226,13 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
             raise RefindexError("follow_external and isolate are not supported with parquet output",
                                 file=os.fspath(source))
         tree = scan_tree(source, options, stats=stats, progress=progress)
-        safety.check_publishable(writers.head_refs(tree), options.storage_options, file=tree.url)
-        summary = writers.write_parquet(tree, output, record_size=record_size or writers.DEFAULT_RECORD_SIZE)
+        size = record_size or writers.DEFAULT_RECORD_SIZE
+        if options.zarr_format == 3:
+            safety.check_publishable(writers.v3.head_refs(tree), options.storage_options, file=tree.url)
+            summary = writers.v3.write_parquet(tree, output, record_size=size)
+        else:
+            safety.check_publishable(writers.head_refs(tree), options.storage_options, file=tree.url)
+            summary = writers.write_parquet(tree, output, record_size=size)
         return WriteSummary(format="parquet", skipped=list(tree.skipped), arrays=len(tree.arrays),
                             source=dict(tree.provenance["source"]), **summary)
     if keep_refs or options.follow_external or options.isolate:
@@ -182,22 +245,35 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
             summary["refs"] = refs
         return summary
     tree = scan_tree(source, options, stats=stats, progress=progress)
-    head = writers.head_refs(tree)
-    safety.check_publishable(head, options.storage_options, file=tree.url)
-    return WriteSummary(**writers.write_json_stream(tree, output, head=head), arrays=len(tree.arrays),
-                        source=dict(tree.provenance["source"]))
+    if options.zarr_format == 3:
+        head = writers.v3.head_refs(tree)
+        safety.check_publishable(head, options.storage_options, file=tree.url)
+        written = writers.v3.write_json(tree, output, head=head)
+    else:
+        head = writers.head_refs(tree)
+        safety.check_publishable(head, options.storage_options, file=tree.url)
+        written = writers.write_json_stream(tree, output, head=head)
+    return WriteSummary(**written, arrays=len(tree.arrays), source=dict(tree.provenance["source"]))
 
 
 def summary_of(refs: RefsDocument, output: str | os.PathLike) -> WriteSummary:
     """What :func:`refindex.writers.write_json_stream` returns, for an index written from its dict."""
     r = refs.get("refs", {})
-    inline = sum(1 for k, v in r.items() if isinstance(v, str) and not k.rsplit("/", 1)[-1].startswith("."))
-    chunks = sum(1 for v in r.values() if isinstance(v, list))
     prov = refs.get("refindex") or {}
-    return WriteSummary(format="json", keys=len(r), chunks_referenced=chunks, inline_chunks=inline,
-                        bytes=os.path.getsize(output), skipped=list(prov.get("skipped", [])),
-                        arrays=sum(1 for k in r if k.rsplit("/", 1)[-1] == ".zarray"),
-                        source=dict(prov.get("source") or {}))
+    if prov.get("zarr_format") == 3:
+        meta = {k for k in r if k.rsplit("/", 1)[-1] == "zarr.json"}
+        arrays = sum(1 for k in meta if k != "zarr.json" and '"node_type": "array"' in r[k])
+    else:
+        meta = {k for k in r if k.rsplit("/", 1)[-1].startswith(".")}
+        arrays = sum(1 for k in meta if k.rsplit("/", 1)[-1] == ".zarray")
+    inline = sum(1 for k, v in r.items() if isinstance(v, str) and k not in meta)
+    chunks = sum(1 for v in r.values() if isinstance(v, list))
+    summary = WriteSummary(format="json", keys=len(r), chunks_referenced=chunks, inline_chunks=inline,
+                           bytes=os.path.getsize(output), skipped=list(prov.get("skipped", [])), arrays=arrays,
+                           source=dict(prov.get("source") or {}))
+    if prov.get("zarr_format") == 3:
+        summary["zarr_format"] = 3
+    return summary
 
 
 def write_external(refs: RefsDocument, output: str | os.PathLike) -> None:

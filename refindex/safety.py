@@ -24,6 +24,16 @@ ALLOWED_CODEC_IDS = frozenset({
     "refindex_h5lzf", "refindex_h5lz4", "refindex_h5bitshuffle", "refindex_h5szip", "refindex_h5strpad",
 })
 
+# zarr format 3 codec names refindex writes (the v3 forms of the ids above, see refindex.codecs._v3).
+ALLOWED_V3_CODECS = frozenset({
+    "bytes", "vlen-utf8", "vlen-bytes",
+    "numcodecs.zlib", "numcodecs.gzip", "numcodecs.shuffle", "numcodecs.fletcher32", "numcodecs.zstd",
+    "numcodecs.bz2", "numcodecs.blosc", "numcodecs.lz4",
+    "imagecodecs_lzf", "imagecodecs_lz4h5", "imagecodecs_szip",
+    "numcodecs.refindex_h5lzf", "numcodecs.refindex_h5bitshuffle", "numcodecs.refindex_h5strpad",
+    "numcodecs.refindex_byteswap", "numcodecs.refindex_b2nd",
+})
+
 # Names of storage_options entries that hold secrets (compared in lower case).
 _SECRET_KEYS = ("key", "secret", "token", "password", "passwd", "credential", "session", "auth", "sas", "signature")
 
@@ -37,11 +47,32 @@ def _codecs_of(zarray: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield f
 
 
+def _v3_codecs_of(key: str, doc: Any) -> Iterator[tuple[str, Any]]:
+    """(key, codec name) of a zarr v3 array document, and of every array its consolidated metadata holds."""
+    if not isinstance(doc, dict):
+        return
+    if doc.get("node_type") == "array":
+        for codec in doc.get("codecs") or []:
+            yield key, codec.get("name") if isinstance(codec, dict) else codec
+    listed = (doc.get("consolidated_metadata") or {}).get("metadata") if isinstance(
+        doc.get("consolidated_metadata"), dict) else None
+    if isinstance(listed, dict):
+        base = key[: -len("zarr.json")]
+        for path, sub in listed.items():
+            yield from _v3_codecs_of(f"{base}{path}/zarr.json", sub)
+
+
 def unsafe_codecs(refs: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(array key, codec id) for every codec in ``refs`` that is not on the allowlist."""
+    """(array key, codec id) for every codec in ``refs`` that is not on the allowlist
+    (zarr v2 ``.zarray`` filters and compressors, zarr v3 ``zarr.json`` codec chains)."""
     bad: list[tuple[str, Any]] = []
     for key, value in (refs.get("refs") or {}).items():
-        if not key.endswith(".zarray") or key.rsplit("/", 1)[-1] != ".zarray":
+        name = key.rsplit("/", 1)[-1]
+        if name == "zarr.json":
+            doc = json.loads(value) if isinstance(value, (str, bytes)) else value
+            bad += [(k, c) for k, c in _v3_codecs_of(key, doc) if c not in ALLOWED_V3_CODECS]
+            continue
+        if name != ".zarray":
             continue
         doc = json.loads(value) if isinstance(value, str) else value
         for codec in _codecs_of(doc):

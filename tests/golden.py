@@ -184,8 +184,17 @@ def digest(refs: dict[str, Any], folders: dict[str, str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+# Built inputs whose zarr v3 index (issue #14) is pinned too: every layout, type, filter and link kind
+# of the zoo, the NWB files (hdmf-zarr's v3 convention, external links), and a portable v3 index.
+V3_INPUTS = ("dtypes", "layouts", "filter_gzip", "filter_shuffle_fletcher32", "filter_lzf", "filter_blosc",
+             "filter_zstd", "filter_lz4", "filter_bzip2", "filter_bitshuffle", "filter_scaleoffset", "userblock",
+             "external", "vds", "portability", "nwb_main", "nwb_base", "nwb_linking", "nwb_hardlink")
+V3_PORTABLE_INPUTS = ("portability", "filter_bitshuffle")
+
+
 def compute(corpus: Path | None) -> dict[str, str]:
-    """name -> digest (or "error: ..." for inputs refindex refuses) for the built files and the corpus."""
+    """name -> digest (or "error: ..." for inputs refindex refuses) for the built files and the corpus
+    (zarr v2), and for some built files as zarr v3 indexes (``v3/...``, ``v3-portable/...``)."""
     import refindex
 
     out: dict[str, str] = {}
@@ -197,9 +206,13 @@ def compute(corpus: Path | None) -> dict[str, str]:
                 if path.is_file() and path.name != "MANIFEST.tsv":
                     inputs[f"corpus/{path.relative_to(corpus).as_posix()}"] = path
         folders = {"{BUILT}": str(folder), "{CORPUS}": str(corpus.resolve()) if corpus else "\0"}
-        for name, path in inputs.items():
+        jobs = [(name, path, {}) for name, path in inputs.items()]
+        jobs += [(f"v3/built/{k}", inputs[f"built/{k}"], {"zarr_format": 3}) for k in V3_INPUTS]
+        jobs += [(f"v3-portable/built/{k}", inputs[f"built/{k}"], {"zarr_format": 3, "portable": True})
+                 for k in V3_PORTABLE_INPUTS]
+        for name, path, kw in jobs:
             try:
-                out[name] = digest(refindex.scan(str(path)), folders)
+                out[name] = digest(refindex.scan(str(path), **kw), folders)
             except refindex.RefindexError as e:
                 out[name] = "error: " + " ".join(str(e).split()).replace(str(path), "{FILE}")
     return out

@@ -11,6 +11,10 @@ The test process asks it to open indexes and read selections (pickled requests o
 pipe) and compares the answers with h5py: the values compared are the ones the stock
 reader decoded.  :class:`StockGroup` / :class:`StockArray` give those answers the small
 part of zarr's Group/Array interface ``refindex.verify(..., group=)`` uses.
+
+Indexes in zarr format 3 are opened with ``zarr_format=3`` after
+``imagecodecs.zarr.register_codecs()`` (imagecodecs' zarr v3 codecs have no entry points
+either; the ``imagecodecs-zarr`` package would declare them): the reader's step for v3.
 """
 
 from __future__ import annotations
@@ -37,24 +41,40 @@ class _NotInstalled(importlib.abc.MetaPathFinder):
 
 
 def _stock_codecs() -> None:
-    """Forget codecs of blocked packages; register imagecodecs' codecs as a reader would."""
+    """Forget codecs of blocked packages; register imagecodecs' codecs as a reader would (v2 and v3)."""
     import numcodecs.registry as reg
 
     for name, ep in list(reg.entries.items()):
         if ep.value.split(":", 1)[0].split(".", 1)[0] in BLOCKED:
             del reg.entries[name]
     import imagecodecs.numcodecs
+    import imagecodecs.zarr
 
     imagecodecs.numcodecs.register_codecs()
+    imagecodecs.zarr.register_codecs(verbose=False)
 
 
 def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:500]
 
 
+def zarr_format_of_file(index: str) -> int:
+    """3 for a JSON index holding a root ``zarr.json``, else 2."""
+    import json
+
+    with open(index) as fh:
+        return 3 if "zarr.json" in json.load(fh).get("refs", {}) else 2
+
+
 class _Server:
     def __init__(self) -> None:
         self.stores: dict[str, Any] = {}
+        self.formats: dict[str, int] = {}
+
+    def fmt(self, index: str) -> int:
+        if index not in self.formats:
+            self.formats = {index: zarr_format_of_file(index)}
+        return self.formats[index]
 
     def store(self, index: str) -> Any:
         import fsspec
@@ -65,33 +85,35 @@ class _Server:
         if key not in self.stores:
             fs = fsspec.filesystem("reference", fo=index, asynchronous=True, skip_instance_cache=True)
             self.stores = {key: zarr.storage.FsspecStore(fs, read_only=True, path="")}
+            self.formats = {}
         return self.stores[key]
 
     def open(self, index: str, consolidated: bool = True) -> dict:
         """Open the index as a group the default way; list what zarr lists."""
         import zarr
 
-        root = zarr.open_group(self.store(index), mode="r", zarr_format=2,
+        root = zarr.open_group(self.store(index), mode="r", zarr_format=self.fmt(index),
                                use_consolidated=None if consolidated else False)
         return {"arrays": sorted(p for p, _ in root.arrays()), "groups": sorted(p for p, _ in root.groups())}
 
     def group(self, index: str, path: str) -> dict:
         import zarr
 
-        g = zarr.open_group(self.store(index), path=path, mode="r", zarr_format=2, use_consolidated=False)
+        g = zarr.open_group(self.store(index), path=path, mode="r", zarr_format=self.fmt(index),
+                            use_consolidated=False)
         return {"attrs": dict(g.attrs)}
 
     def array(self, index: str, path: str) -> dict:
         import zarr
 
-        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=2)
+        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=self.fmt(index))
         return {"shape": tuple(a.shape), "attrs": dict(a.attrs), "dtype": str(a.dtype)}
 
     def read(self, index: str, path: str, sel: Any) -> Any:
         import numpy as np
         import zarr
 
-        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=2)
+        a = zarr.open_array(self.store(index), path=path, mode="r", zarr_format=self.fmt(index))
         value = np.asarray(a[sel])
         return value.astype(object) if value.dtype.kind == "T" else value
 
@@ -182,6 +204,8 @@ class StockGroup:
             with open(index) as fh:
                 keys = json.load(fh)["refs"]
             groups = sorted(k[: -len("/.zgroup")] for k in keys if k.endswith("/.zgroup"))
+            groups += sorted(k[: -len("/zarr.json")] for k, v in keys.items() if k.endswith("/zarr.json")
+                             and json.loads(v).get("node_type") == "group")
         self.all_groups = groups
         self.attrs = reader.ask("group", index, path)["attrs"]
 

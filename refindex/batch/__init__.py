@@ -127,6 +127,8 @@ def run_batch(
             raise RefindexError(f"{bad} is not supported by batch indexing")
     if combine is not None and format != "json":
         raise RefindexError("--combine needs JSON indexes (format='json')")
+    if combine is not None and scan_options.zarr_format != 2:
+        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:

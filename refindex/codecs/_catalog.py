@@ -17,8 +17,21 @@ NUMCODECS = frozenset({
 })
 
 
-def codec_provider(codec_id: str) -> str:
-    """"numcodecs", "imagecodecs" or "refindex" (or "unknown")."""
+# zarr format 3 codecs zarr itself provides (its array-to-bytes codecs)
+ZARR_V3 = frozenset({"bytes", "vlen-utf8", "vlen-bytes"})
+
+
+def codec_provider(codec_id: str, zarr_format: int = 2) -> str:
+    """"numcodecs", "imagecodecs" or "refindex" (or "unknown") for a codec id of a v2 index; for a
+    name in a v3 index also "zarr" (``bytes``, ``vlen-utf8``), and ``numcodecs.<id>`` is <id>'s."""
+    if zarr_format == 3:
+        if codec_id in ZARR_V3:
+            return "zarr"
+        if not codec_id.startswith("numcodecs."):
+            return "imagecodecs" if codec_id.startswith("imagecodecs_") else "unknown"
+        codec_id = codec_id[len("numcodecs."):]
+        if codec_id.startswith("imagecodecs_"):
+            return "unknown"  # zarr wraps no imagecodecs id under numcodecs.
     if codec_id in NUMCODECS:
         return "numcodecs"
     if codec_id.startswith("imagecodecs_"):

@@ -310,3 +310,4 @@ def _packed(dt: np.dtype) -> np.dtype:
 def packed_dtype(dt: np.dtype) -> np.dtype:
     """``dt`` without padding between fields (what zarr's descr can express)."""
     return _packed(dt)
+

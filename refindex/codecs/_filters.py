@@ -104,13 +104,14 @@ def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int, 
 
 
 def pipeline(filters, itemsize: int, chunk_nbytes: int, chunk_ndim: int = 1,
-             *, portable: bool = False) -> tuple[list[dict] | None, dict | None]:
+             *, portable: bool = False, zarr_format: int = 2) -> tuple[list[dict] | None, dict | None]:
     """Map an HDF5 pipeline (write order) to zarr v2 ``(filters, compressor)``.
 
     zarr applies filters in order then the compressor when writing and the reverse when
     reading, exactly like HDF5's pipeline, so the last HDF5 filter becomes the
     compressor and the others stay filters in the same order.  ``portable``: a pipeline
-    that needs one of refindex's own codecs is :class:`NoCodec` (the caller inlines values).
+    that needs one of refindex's own codecs in an index of ``zarr_format`` is :class:`NoCodec`
+    (the caller inlines values).
     """
     codecs = [_codec_for(fid, cd, itemsize, chunk_nbytes, chunk_ndim) for fid, _flags, cd, _name in filters]
     if not codecs:
@@ -124,9 +125,13 @@ def pipeline(filters, itemsize: int, chunk_nbytes: int, chunk_ndim: int = 1,
         codecs += [{"id": "imagecodecs_bitshuffle", "itemsize": c["itemsize"], "blocksize": c["blocksize"]},
                    {"id": "astype", "encode_dtype": view, "decode_dtype": view}]
     if portable:
-        own = [c["id"] for c in codecs if c["id"].startswith("refindex_")]
+        from ._v3 import stock_in
+
+        own = [c["id"] for c in codecs if not stock_in(c["id"], zarr_format)]
         if own:
-            raise NoCodec(f"only refindex's own codec {own[0]} decodes its stored chunks")
+            if own[0].startswith("refindex_"):
+                raise NoCodec(f"only refindex's own codec {own[0]} decodes its stored chunks")
+            raise NoCodec(f"in zarr v3 only refindex's own codec decodes what {own[0]} decodes in v2")
     return (codecs[:-1] or None), codecs[-1]
 
 

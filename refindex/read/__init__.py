@@ -14,8 +14,8 @@ Entries are whole JSON indexes written atomically; deleting the folder is always
 
 from ._consolidated import METADATA_NAMES, consolidation_differences, open_group
 from ._info import info
-from ._load import cache_folder, index_of_file, kind_of, load_index, load_refs, parquet_metadata
-from ._nwb import ExternalIndexes, ZarrTree, nwb_io_class, open_nwb, serve_from_memory
+from ._load import cache_folder, index_of_file, kind_of, load_index, load_refs, parquet_metadata, zarr_format_of
+from ._nwb import ExternalIndexes, ZarrTree, nwb_io_class, nwb_io_class_v3, open_nwb, serve_from_memory
 from ._open import ReadOptions, check_index, index_store, open, reference_fs, store, store_of
 from ._provenance import check_source
 from ._schema import CheckReport, check, load_metadata, load_template, object_model
@@ -26,5 +26,5 @@ from ._verify import VerifyReport, verify
 
 __all__ = ["METADATA_NAMES", "CheckReport", "ExternalIndexes", "FetchStats", "IndexStore", "ReadOptions", "UrlPolicy",
            "VerifyReport", "ZarrTree", "cache_folder", "check", "check_index", "fsspec_range_reader", "check_source", "consolidation_differences", "index_of_file", "index_store",
-           "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "zom_json", "nwb_io_class", "object_model", "open",
-           "open_group", "open_nwb", "parquet_metadata", "serve_from_memory", "reference_fs", "store", "store_of", "verify"]
+           "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "zom_json", "nwb_io_class", "nwb_io_class_v3", "object_model", "open",
+           "open_group", "open_nwb", "parquet_metadata", "zarr_format_of", "serve_from_memory", "reference_fs", "store", "store_of", "verify"]

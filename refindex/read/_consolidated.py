@@ -17,6 +17,7 @@ from ..errors import RefindexError
 
 METADATA_NAMES = (".zgroup", ".zarray", ".zattrs")
 CONSOLIDATED_KEY = ".zmetadata"
+V3_ROOT = "zarr.json"
 
 
 def is_metadata_key(key: str) -> bool:
@@ -113,7 +114,9 @@ def open_group(store: Any) -> Any:
     """A read-only ``zarr.Group`` built from ``.zmetadata`` (one store request).
 
     Falls back to zarr's per-node reading when the index has no ``.zmetadata`` (it is
-    optional in the format); a damaged one is an error, never silently ignored.
+    optional in the format); a damaged one is an error, never silently ignored.  A zarr
+    v3 index (a root ``zarr.json``; a parquet one lists it in its ``.zmetadata``) is opened
+    by zarr itself, from the consolidated metadata in that document (one request too).
     """
     import zarr
     from zarr.core.buffer import default_buffer_prototype
@@ -123,10 +126,14 @@ def open_group(store: Any) -> Any:
 
     buf = sync(store.get(CONSOLIDATED_KEY, prototype=default_buffer_prototype()))
     if buf is None:
+        if sync(store.get(V3_ROOT, prototype=default_buffer_prototype())) is not None:
+            return zarr.open_group(store, mode="r", zarr_format=3)
         return zarr.open_group(store, mode="r", zarr_format=2, use_consolidated=False)
     try:
         doc = json.loads(buf.to_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RefindexError(f".zmetadata is not valid JSON: {e}") from e
+    if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and V3_ROOT in doc["metadata"]:
+        return zarr.open_group(store, mode="r", zarr_format=3)  # a zarr v3 parquet index
     group = AsyncGroup.from_dict(StorePath(store, path=""), group_document(metadata_of(doc)))
     return zarr.Group(group)

@@ -25,6 +25,13 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
         elif base == ".zarray":
             arrays += 1
             docs.append(json.loads(value) if isinstance(value, str) else value)
+        elif base == "zarr.json":  # zarr v3: one document per node
+            doc = json.loads(value) if isinstance(value, (str, bytes)) else value
+            if doc.get("node_type") == "array":
+                arrays += 1
+                docs.append(doc)
+            else:
+                groups += 1
         elif base.startswith("."):
             continue
         elif isinstance(value, list):
@@ -42,12 +49,17 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
     """The dict :func:`info` returns, for JSON and parquet indexes alike.
 
     ``codecs``: every codec id the arrays use, with the package a reader needs for it
-    (numcodecs, imagecodecs or refindex); ``needs_refindex``: those only refindex provides.
+    (numcodecs, imagecodecs or refindex; zarr for v3's own); ``needs_refindex``: those only
+    refindex provides; ``zarr_format``: 2 or 3 (the v3 names need ``imagecodecs.zarr``'s
+    codecs registered, refindex's their ``zarr.codecs`` entry points).
     """
-    from ..codecs import codec_ids, codec_provider
+    from ..codecs import codec_ids, codec_names, codec_provider
 
-    used = {cid: codec_provider(cid) for cid in codec_ids(docs)}
+    v3 = any(d.get("zarr_format") == 3 for d in docs) or prov.get("zarr_format") == 3
+    used = ({name: codec_provider(name, 3) for name in codec_names(docs)} if v3 else
+            {cid: codec_provider(cid) for cid in codec_ids(docs)})
     return {
+        "zarr_format": 3 if v3 else 2,
         "groups": groups,
         "arrays": arrays,
         "chunks_referenced": chunks,
@@ -74,14 +86,27 @@ def _inline_size(value: str) -> int:
 
 def _parquet_info(folder: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """``info`` of a parquet index: metadata from ``.zmetadata``, counts from the record files."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     doc = parquet_metadata(folder, storage_options)
     fs, root = urls.filesystem(folder, storage_options)
     meta = doc.get("metadata", {})
+    if "zarr.json" in meta:  # zarr v3: one document per node, plus a .zarray shape per array for fsspec
+        v3 = {k[: -len("zarr.json")].rstrip("/"): d for k, d in meta.items() if k.rsplit("/", 1)[-1] == "zarr.json"}
+        docs = [d for d in v3.values() if d.get("node_type") == "array"]
+        return _parquet_counts(fs, root, groups=len(v3) - len(docs), docs=docs, prov=doc.get("refindex", {}),
+                               arrays=[k for k, d in v3.items() if d.get("node_type") == "array"])
     groups = sum(k.rsplit("/", 1)[-1] == ".zgroup" for k in meta)
     arrays = [k[: -len(".zarray")].rstrip("/") for k in meta if k.rsplit("/", 1)[-1] == ".zarray"]
+    docs = [meta[k] for k in meta if k.rsplit("/", 1)[-1] == ".zarray"]
+    docs = [json.loads(d) if isinstance(d, str) else d for d in docs]
+    return _parquet_counts(fs, root, groups=groups, arrays=arrays, docs=docs, prov=doc.get("refindex", {}))
+
+
+def _parquet_counts(fs: Any, root: str, *, groups: int, arrays: list[str], docs: list[dict[str, Any]],
+                    prov: dict[str, Any]) -> dict[str, Any]:
+    """``info`` of a parquet index from its documents and the counts in its record files."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     chunks = inline_keys = inline_bytes = referenced = 0
     for array in arrays:
         base = root.rstrip("/") + "/" + array if array else root.rstrip("/")
@@ -94,8 +119,5 @@ def _parquet_info(folder: str, storage_options: dict[str, Any] | None) -> dict[s
             raw_valid = pc.is_valid(table["raw"])
             inline_keys += pc.sum(raw_valid).as_py() or 0
             inline_bytes += pc.sum(pc.binary_length(pc.drop_null(table["raw"]))).as_py() or 0
-    prov = doc.get("refindex", {})
-    docs = [meta[k] for k in meta if k.rsplit("/", 1)[-1] == ".zarray"]
-    docs = [json.loads(d) if isinstance(d, str) else d for d in docs]
     return _summary(groups, len(arrays), chunks, referenced, inline_keys, inline_bytes, prov.get("templates"),
                     prov, docs) | {"format": "parquet"}

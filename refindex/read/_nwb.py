@@ -35,7 +35,7 @@ import numpy as np
 from .. import urls
 from ..errors import RefindexError, SourceError
 from ._consolidated import group_document, metadata_of
-from ._load import load_refs
+from ._load import load_refs, zarr_format_of
 from ._open import ReadOptions, index_location, index_store, prepare, store_of
 from ._store import IndexStore
 from ._urlcheck import declared_sources, untrusted
@@ -274,6 +274,37 @@ def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
     return {**refs, "refs": new}
 
 
+def _rebase_self_refs_v3(refs: dict[str, Any], source: str) -> dict[str, Any]:
+    """:func:`_rebase_self_refs` for a zarr v3 index: ``_LINKS`` and ``_REFERENCE`` entries in its
+    ``zarr.json`` documents name ``source``; the root's consolidated metadata is rebuilt from them."""
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            out = {k: walk(x) for k, x in v.items()}
+            if out.get("source") == "." and "path" in out:
+                out["source"] = source
+            return out
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    new: dict[str, Any] = {}
+    docs: dict[str, Any] = {}
+    for key, value in refs["refs"].items():
+        if key.rsplit("/", 1)[-1] == "zarr.json" and isinstance(value, str):
+            doc = json.loads(value)
+            doc.pop("consolidated_metadata", None)
+            doc["attributes"] = walk(doc.get("attributes") or {})
+            docs[key[: -len("zarr.json")].rstrip("/")] = doc
+            value = json.dumps(doc, allow_nan=True)
+        new[key] = value
+    if "" in docs:
+        root = dict(docs[""], consolidated_metadata={"kind": "inline", "must_understand": False,
+                                                     "metadata": {k: d for k, d in docs.items() if k}})
+        new["zarr.json"] = json.dumps(root, allow_nan=True)
+    return {**refs, "refs": new}
+
+
 class ExternalIndexes:
     """Opens the indexes of files that external links point into, by link ``source``.
 
@@ -290,6 +321,7 @@ class ExternalIndexes:
     def __init__(self, refs: dict[str, Any], opts: ReadOptions, *, index_location: str | None = None,
                  external: dict[str, Any] | None = None, scan_missing: bool = True):
         self.refs = refs
+        self.zarr_format = zarr_format_of(refs)
         self.opts = opts
         self.index_location = index_location
         self.external = external or {}
@@ -336,13 +368,17 @@ class ExternalIndexes:
             target = entry.get("url") or urls.beside(self._main_url(), source)
             self._admit(target, f"refindex.external[{source!r}].url" if entry.get("url") else
                         f"the external link source {source!r}")
-            r = scan_refs(target, ScanOptions(convention="hdmf"))
+            r = scan_refs(target, ScanOptions(convention="hdmf", zarr_format=self.zarr_format))
             opts = replace(opts, trust=True)  # made here, from a file the index may name
         else:
             raise SourceError(f"no index for the externally linked file {source!r}", file=source)
         if not isinstance(r, dict):
             raise RefindexError("externally linked indexes must be JSON indexes", file=source)
-        return _rebase_self_refs(r, source), opts
+        if zarr_format_of(r) != self.zarr_format:
+            raise RefindexError(f"the index of the externally linked file is zarr v{zarr_format_of(r)}, the linking "
+                                f"one zarr v{self.zarr_format}", file=source)
+        rebase = _rebase_self_refs_v3 if self.zarr_format == 3 else _rebase_self_refs
+        return rebase(r, source), opts
 
     def store(self, source: str) -> IndexStore:
         if source not in self._stores:
@@ -419,6 +455,48 @@ def nwb_io_class() -> Any:
     return _IO_CLASS
 
 
+_IO3_CLASS: Any = None
+
+
+def nwb_io_class_v3() -> Any:
+    """hdmf-zarr 0.14's ``NWBZarrIO`` (zarr v3) that follows external links into the linked files' indexes.
+
+    For a ``source`` other than ``"."``, hdmf-zarr re-opens the path ``str(store)`` joined
+    with the source, which a store object has not; here that file's own v3 index is opened
+    (:class:`ExternalIndexes`) and the object looked up in it.  Each file's store has its
+    own label, so hdmf-zarr's caches (keyed by ``str(store)`` and the object's path) keep
+    objects of the two files apart.  Everything else is stock ``NWBZarrIO``.
+    """
+    global _IO3_CLASS
+    if _IO3_CLASS is not None:
+        return _IO3_CLASS
+    import zarr
+    from hdmf_zarr.backend import ROOT_NAME
+    from hdmf_zarr.nwb import NWBZarrIO
+
+    class RefsNWBZarrIO(NWBZarrIO):
+        refindex_external: ExternalIndexes | None = None
+
+        def resolve_ref(self, zarr_ref):
+            ref = _as_ref(zarr_ref)
+            source = ref.get("source") if isinstance(ref, dict) else None
+            if source in (None, ".") or self.refindex_external is None:
+                return super().resolve_ref(zarr_ref)
+            roots = self.__dict__.setdefault("_refindex_roots", {})
+            if source not in roots:
+                roots[source] = zarr.open_group(self.refindex_external.store(source), mode="r", zarr_format=3)
+            path = (ref.get("path") or "").strip("/")
+            if not path:
+                return ROOT_NAME, roots[source]
+            try:
+                return posixpath.basename(path), roots[source][path]
+            except KeyError as e:
+                raise ValueError(f"Found bad link to object /{path} in file {source}") from e
+
+    _IO3_CLASS = RefsNWBZarrIO
+    return _IO3_CLASS
+
+
 def _as_ref(zarr_ref: Any) -> Any:
     ref = zarr_ref
     if isinstance(ref, np.ndarray) and ref.ndim == 0:
@@ -458,7 +536,8 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
              remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
              allowed_urls: Sequence[str] | None = None, trust: bool = False) -> Any:
-    """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO``, through its index or from the file itself.
+    """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO`` (a zarr v3 index: ``NWBZarrIO``), through
+    its index or from the file itself.
 
     ``refs``: an index (dict, JSON path/URL, parquet folder) or the NWB file (local path or
     URL: indexed on the fly, the index kept in the local ``cache``, see :mod:`refindex.read`).
@@ -466,7 +545,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     on the returned file as ``nwbfile.refindex_io`` so it is not garbage collected.
     Other keywords as for :func:`refindex.open`.
 
-    External links (``zarr_link`` entries whose ``source`` is another file) are resolved
+    External links (``zarr_link``/``_LINKS`` entries whose ``source`` is another file) are resolved
     through that file's index: embedded by ``scan(..., follow_external=True)``, written
     beside the index by ``scan_to_file``/``refindex scan --follow-external``, given in
     ``external`` (source -> refs dict or index path), or else (``scan_missing``) made on
@@ -479,7 +558,8 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
                                                 cache=cache, allowed_urls=allowed_urls, trust=trust))
-    io = nwb_io_class()(path=store_of(loaded, opts), mode="r")
+    io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
+    io = io_class(path=store_of(loaded, opts), mode="r")
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
                                                external=external, scan_missing=scan_missing)

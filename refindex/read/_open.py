@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model import RefsDocument
-from ._load import CacheSetting, load_index, load_refs, parquet_metadata
+from ._load import CacheSetting, load_index, load_refs, parquet_metadata, zarr_format_of
 from ._urlpolicy import UrlPolicy
 
 
@@ -160,12 +160,10 @@ def index_store(refs: RefsDocument, opts: ReadOptions, *, label: str | None = No
 
     Every URL the index names is judged first, unless ``opts`` trust it.
     """
-    from ..codecs import register_codecs, register_stock_codecs
     from ._store import IndexStore, fsspec_range_reader
 
     check_index(refs, opts)
-    register_codecs()
-    register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
+    register_reader_codecs(refs)
     body = refs.get("refs") if "version" in refs else refs
     per_protocol = {opts.remote_protocol: opts.remote_options or {}} if opts.remote_protocol else None
     reader = fsspec_range_reader(None if opts.remote_protocol else opts.remote_options, per_protocol)
@@ -173,18 +171,27 @@ def index_store(refs: RefsDocument, opts: ReadOptions, *, label: str | None = No
     return IndexStore(body, refs.get("templates"), reader, label=name)
 
 
+def register_reader_codecs(index: Any) -> None:
+    """Make the codecs an index names known here, as a reader would: refindex's own, and
+    imagecodecs' (which ships no entry points; readers register its codecs), under the
+    names of the index's zarr format."""
+    from ..codecs import register_codecs, register_stock_codecs, register_v3_codecs
+
+    register_codecs()
+    register_stock_codecs()
+    if not isinstance(index, dict) or zarr_format_of(index) == 3:  # (a parquet folder's is not read for this)
+        register_v3_codecs()
+
+
 def store_of(refs: Any, opts: ReadOptions):
     """A read-only zarr store over the index: an IndexStore for JSON indexes, else an ``FsspecStore``
     over fsspec's ReferenceFileSystem (parquet folders, and indexes with generators)."""
     import zarr
 
-    from ..codecs import register_codecs, register_stock_codecs
-
-    register_codecs()
-    register_stock_codecs()  # imagecodecs ships no numcodecs entry points: readers register its codecs
     if opts.index_url is None and not isinstance(refs, dict):
         opts = replace(opts, index_url=os.fspath(refs))
     loaded = load_refs(refs, opts.storage_options)
+    register_reader_codecs(loaded)
     if isinstance(loaded, dict) and "gen" not in loaded:
         return index_store(loaded, opts)
     return zarr.storage.FsspecStore(reference_fs(loaded, opts), read_only=True, path="")

@@ -101,9 +101,25 @@ def load_metadata(refs_or_file: Any, *, storage_options: dict[str, Any] | None =
     """
     loaded, _ = load_index(refs_or_file, storage_options=storage_options, cache=cache, options=options)
     if isinstance(loaded, dict):
+        if "zarr.json" in (loaded.get("refs") or {}):
+            return {k: _without_consolidated(_v3_doc(v)) for k, v in loaded["refs"].items() if _is_v3_key(k)}
         return per_node_metadata(loaded)
     meta = parquet_metadata(loaded, storage_options)["metadata"]  # fsspec's layout keeps every document there
+    if "zarr.json" in meta:
+        return {k: _without_consolidated(v) for k, v in meta.items() if _is_v3_key(k)}
     return {k: v for k, v in meta.items() if is_metadata_key(k)}
+
+
+def _is_v3_key(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] == "zarr.json"
+
+
+def _v3_doc(value: Any) -> dict[str, Any]:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def _without_consolidated(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "consolidated_metadata"}
 
 
 def _array_model(zarray: dict[str, Any]) -> ArrayModel:
@@ -130,6 +146,8 @@ def model_from_metadata(
     """
     if depth is not None and depth < 0:
         raise RefindexError("depth must be 0 or more")
+    if "zarr.json" in metadata:
+        return _v3_model(metadata, members_only=members_only, depth=depth)
     root: GroupModel = {"zarr_format": 2, "members": {}}
     nodes: dict[str, NodeModel] = {"": root}
     attrs: dict[str, dict[str, Any]] = {}
@@ -151,6 +169,34 @@ def model_from_metadata(
     for path, node in nodes.items():
         if not members_only:
             node["attributes"] = attrs.get(path, {})
+    _order(root)
+    if depth is not None:
+        _trim(root, depth)
+    return root
+
+
+def _v3_model(metadata: dict[str, Any], *, members_only: bool, depth: int | None) -> GroupModel:
+    """The ZOM of zarr v3 documents (``"a/b/zarr.json"`` -> document): each node is its
+    ``zarr.json`` (no consolidated copy), groups with ``members``."""
+    nodes: dict[str, Any] = {}
+    for key in sorted(metadata, key=lambda k: (k.count("/"), k)):
+        path = key[: -len("zarr.json")].rstrip("/")
+        doc = dict(metadata[key])
+        attrs = doc.pop("attributes", {})
+        node: Any = {"zarr_format": 3, "members": {}} if doc.get("node_type") != "array" else doc
+        if node is not doc:
+            node["node_type"] = "group"
+        if not members_only:
+            node["attributes"] = attrs
+        nodes[path] = node
+        if path:
+            parent = path.rpartition("/")[0]
+            if parent not in nodes or "members" not in nodes[parent]:
+                raise RefindexError(f"/{path} has no parent group in the index")
+            nodes[parent]["members"][path.rpartition("/")[2]] = node
+    if "" not in nodes or "members" not in nodes[""]:
+        raise RefindexError("the root of the index is not a group")
+    root = nodes[""]
     _order(root)
     if depth is not None:
         _trim(root, depth)
@@ -297,8 +343,9 @@ def _compare(tmpl: dict[str, Any], node: dict[str, Any], path: str, out: list[Di
 
 
 def _compare_array(tmpl: dict[str, Any], node: dict[str, Any], path: str, out: list[Difference]) -> None:
-    if "dtype" in tmpl and _plain_dtype(tmpl["dtype"]) != _plain_dtype(node["dtype"]):
-        out.append(Difference(path, f"dtype is {json.dumps(node['dtype'])}, expected {json.dumps(tmpl['dtype'])}"))
+    for name in ("dtype", "data_type"):  # zarr v2's (byte order ignored) and v3's (which has none)
+        if name in tmpl and _plain_dtype(tmpl[name]) != _plain_dtype(node.get(name)):
+            out.append(Difference(path, f"{name} is {json.dumps(node.get(name))}, expected {json.dumps(tmpl[name])}"))
     if "shape" not in tmpl:
         return
     t_shape, shape = list(tmpl["shape"]), list(node["shape"])

@@ -104,6 +104,8 @@ class _Comparer:
 
     def ref_equal(self, h_ref, z_text: Any) -> bool:
         z = json.loads(z_text) if isinstance(z_text, str) and z_text[:1] in "{n" else z_text
+        if isinstance(z, str) and z.startswith("/"):  # hdmf-zarr's v3 convention: the target path
+            z = {"path": z}
         if not h_ref:
             return z is None
         if not isinstance(z, dict) or not z.get("path"):
@@ -134,7 +136,7 @@ class _Comparer:
                 sub = dt.fields[name][0]
                 enc = encs.get(name)
                 hf, zf = h[name], z[name]
-                if enc == "json-ref":
+                if enc in ("json-ref", "path-ref"):
                     ok = all(self.ref_equal(a, str(b)) for a, b in zip(hf.reshape(-1), zf.reshape(-1)))
                 elif enc == "utf8":
                     ok = all(_text(a) == str(b) for a, b in zip(hf.reshape(-1), zf.reshape(-1)))
@@ -292,11 +294,11 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
 
 
 def _zarr_links(root) -> dict[str, str]:
-    """HDF5 path -> target path for every ``zarr_link`` entry in the index."""
+    """HDF5 path -> target path for every ``zarr_link`` entry (``_LINKS`` in hdmf-zarr's v3 convention)."""
     out: dict[str, str] = {}
 
     def visit(g, path: str) -> None:
-        for entry in g.attrs.get("zarr_link", []) or []:
+        for entry in list(g.attrs.get("zarr_link", []) or []) + list(g.attrs.get("_LINKS", []) or []):
             if entry.get("source", ".") == "." and entry.get("path"):
                 out[posixpath.join(path, entry["name"])] = entry["path"]
         for name, sub in g.groups():

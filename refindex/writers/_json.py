@@ -18,7 +18,7 @@ import numpy as np
 import ujson
 
 from ..errors import RefindexError
-from ..model import ArrayNode, RefsDocument, Tree, chunk_keys
+from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree
 from ._atomic import atomic_file, atomic_write_bytes
 from ._refs import chunk_refs, head_refs, prefix_of
 
@@ -39,7 +39,8 @@ def write_json(refs: RefsDocument, path: str | os.PathLike) -> None:
     atomic_write_bytes(path, data)
 
 
-def _multi_file_text(tree: Tree, path: str, templates: dict[str, str]) -> Iterator[tuple[str, int, int]]:
+def _multi_file_text(tree: Tree, path: str, templates: dict[str, str],
+                     encoding: KeyEncoding) -> Iterator[tuple[str, int, int]]:
     """Streamed-JSON text of an array whose chunks lie in several files (a virtual dataset).
 
     Built like :func:`to_refs` (a dict per array, inline first, references win), which
@@ -48,7 +49,7 @@ def _multi_file_text(tree: Tree, path: str, templates: dict[str, str]) -> Iterat
     one = Tree(url=tree.url, arrays={path: tree.arrays[path]})
     entries: dict[str, Any] = {}
     nref = ninl = 0
-    for keys, values in chunk_refs(one, templates):
+    for keys, values in chunk_refs(one, templates, encoding):
         entries.update(zip(keys, values))
     for v in entries.values():
         if isinstance(v, list):
@@ -123,22 +124,25 @@ def format_rows(parts: list[bytes | np.ndarray]) -> bytes:
         at += width
     return text.tobytes() if keep is None else text[keep].tobytes()
 
-def _array_text(prefix: str, node: ArrayNode, url: str, block: int) -> Iterator[tuple[str | bytes, int, int]]:
+def _array_text(prefix: str, node: ArrayNode, url: str, block: int,
+                encoding: KeyEncoding = V2_KEYS) -> Iterator[tuple[str | bytes, int, int]]:
     """(text, chunks referenced, inline chunks) blocks of ``,"key":value`` entries of one array.
 
     Same keys, values and order as :func:`chunk_refs` + ``dict.update`` in :func:`to_refs`:
     inline chunks first, then referenced ones; a key in both keeps the inline position
-    and takes the referenced value.
+    and takes the referenced value.  Chunk keys in ``encoding``.
     """
     pj = dumps(prefix)[:-1]  # '"' + escaped prefix, without the closing quote: escaped once per array
     uj = dumps(url)
     t = node.refs
     coords, offsets, sizes = (t.coords, t.offsets, t.sizes) if t is not None and len(t) else (None, None, None)
+    ndim = len(node.shape)
     if node.inline:
-        keys = list(node.inline)
+        model_keys = list(node.inline)
+        keys = [encoding.of_model_key(k, ndim) for k in model_keys]
         override: dict[str, tuple[int, int]] = {}
         if coords is not None:
-            ref_keys = chunk_keys(coords)
+            ref_keys = encoding.keys(coords)
             common = set(ref_keys).intersection(keys)
             if common:  # rare: a chunk both inlined and referenced; the reference wins (as in to_refs)
                 keep = np.fromiter((k not in common for k in ref_keys), dtype=bool, count=len(ref_keys))
@@ -146,34 +150,35 @@ def _array_text(prefix: str, node: ArrayNode, url: str, block: int) -> Iterator[
                     if k in common:
                         override[k] = (o, s)
                 coords, offsets, sizes = coords[keep], offsets[keep], sizes[keep]
-        plain = not re.search(r"[^0-9.]", "".join(keys))  # chunk keys are digits and dots: no escaping
+        plain = not re.search(r"[^0-9./c]", "".join(keys))  # digits, dots, "c/": nothing to escape
         for lo in range(0, len(keys), block):
             parts = []
-            for k in keys[lo:lo + block]:
+            for k, mk in zip(keys[lo:lo + block], model_keys[lo:lo + block]):
                 kj = pj + k + '"' if plain else dumps(prefix + k)
                 if k in override:
                     o, s = override[k]
                     parts.append(f",{kj}:[{uj},{o},{s}]")
                 else:
-                    b64 = base64.standard_b64encode(node.inline[k]).decode("ascii")
+                    b64 = base64.standard_b64encode(node.inline[mk]).decode("ascii")
                     parts.append(f',{kj}:"base64:{b64}"')
             hits = sum(1 for k in keys[lo:lo + block] if k in override) if override else 0
             yield "".join(parts), hits, len(parts) - hits
     if coords is None or not len(coords):
         return
     n, ndim = coords.shape
-    head = ("," + pj).encode("utf-8")
+    head = ("," + pj + (encoding.lead if ndim else "")).encode("utf-8")
     tail = ('":[' + uj + ",").encode("utf-8")
+    sep, scalar = encoding.sep.encode("utf-8"), encoding.scalar.encode("utf-8")
 
     def rows(lo: int) -> bytes:
         hi = min(n, lo + block)
         parts: list[bytes | np.ndarray] = [head]
         for i in range(ndim):
-            parts += [coords[lo:hi, i], b"."]
+            parts += [coords[lo:hi, i], sep]
         if ndim:
             parts.pop()
         else:
-            parts.append(b"0")
+            parts.append(scalar)
         parts += [tail, offsets[lo:hi], b",", sizes[lo:hi], b"]"]
         return format_rows(parts)
 
@@ -197,13 +202,14 @@ def _array_text(prefix: str, node: ArrayNode, url: str, block: int) -> Iterator[
 
 
 def write_json_stream(tree: Tree, path: str | os.PathLike, *, block: int = STREAM_BLOCK,
-                      head: dict[str, Any] | None = None) -> dict[str, Any]:
+                      head: dict[str, Any] | None = None, encoding: KeyEncoding = V2_KEYS) -> dict[str, Any]:
     """Write the RFS JSON of ``tree`` to ``path`` straight from the chunk tables, atomically.
 
     The text is the same as ``write_json(to_refs(tree), path)`` (same keys, values and
     order) without ever holding a dict entry per chunk: chunk entries are formatted
     ``block`` at a time from the numpy tables.  ``head``: :func:`head_refs` if already
-    built.  Returns a summary: keys, chunks referenced, inline chunks, bytes, skipped.
+    built (a zarr v3 index passes its own, and its chunk key ``encoding``).  Returns a
+    summary: keys, chunks referenced, inline chunks, bytes, skipped.
     """
     head = head_refs(tree) if head is None else head
     templates = head["templates"]
@@ -220,10 +226,10 @@ def write_json_stream(tree: Tree, path: str | os.PathLike, *, block: int = STREA
             for apath in sorted(tree.arrays):
                 a = tree.arrays[apath]
                 if a.refs is not None and a.refs.url_index is not None:  # chunks in several files (VDS)
-                    parts = _multi_file_text(tree, apath, templates)
+                    parts = _multi_file_text(tree, apath, templates, encoding)
                 else:
                     url = by_url[(a.refs.url if a.refs is not None else None) or tree.url]
-                    parts = _array_text(prefix_of(apath), a, url, block)
+                    parts = _array_text(prefix_of(apath), a, url, block, encoding)
                 for text, nref, ninl in parts:
                     data = text if isinstance(text, bytes) else text.encode("utf-8")
                     if data and not sep_needed:

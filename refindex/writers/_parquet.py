@@ -158,10 +158,12 @@ def _prepare_destination(out_dir: str) -> None:
 
 
 def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = DEFAULT_RECORD_SIZE,
-                  compression: str = "zstd") -> dict[str, Any]:
+                  compression: str = "zstd", metadata: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``tree`` as parquet references into the folder ``out_dir`` atomically.
 
-    Returns a summary: records (files), chunks referenced, inline chunks, bytes written.
+    ``metadata``: the ``.zmetadata`` document (default :func:`metadata_document`, zarr v2;
+    a zarr v3 index passes its own).  Returns a summary: records (files), chunks
+    referenced, inline chunks, bytes written.
     """
     import pyarrow.parquet as pq
 
@@ -189,7 +191,7 @@ def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = 
                 summary["records"] += 1
             summary["chunks_referenced"] += len(node.refs) if node.refs is not None else 0
             summary["inline_chunks"] += len(node.inline)
-        doc = metadata_document(tree, record_size)
+        doc = metadata_document(tree, record_size) if metadata is None else metadata
         with open(os.path.join(tmp, ZMETADATA), "w", encoding="utf-8") as fh:
             fh.write(metadata_json(doc))
         summary["bytes"] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp) for f in fs)

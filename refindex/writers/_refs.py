@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any, Iterator
 
-from ..model import ArrayNode, RefsDocument, Tree, chunk_keys, key_of
+from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree, key_of
 
 FORMAT_VERSION = 1
 
@@ -67,22 +67,25 @@ def url_templates(tree: Tree) -> dict[str, str]:
     return out
 
 
-def chunk_refs(tree: Tree, templates: dict[str, str]) -> Iterator[tuple[list[str], list[Any]]]:
+def chunk_refs(tree: Tree, templates: dict[str, str],
+               encoding: KeyEncoding = V2_KEYS) -> Iterator[tuple[list[str], list[Any]]]:
     """(keys, values) per array: inline "base64:..." text, or [url, offset, size] per chunk.
 
-    Built a column at a time from the numpy chunk tables (no per-chunk generator step).
+    Built a column at a time from the numpy chunk tables (no per-chunk generator step);
+    chunk keys in ``encoding`` (zarr v2's by default).
     """
     by_url = {v: "{{" + k + "}}" for k, v in templates.items()}
     for path in sorted(tree.arrays):
         a = tree.arrays[path]
         p = prefix_of(path)
+        ndim = len(a.shape)
         if a.inline:
-            keys = [p + k for k in a.inline]
+            keys = [p + encoding.of_model_key(k, ndim) for k in a.inline]
             yield keys, ["base64:" + base64.standard_b64encode(d).decode("ascii") for d in a.inline.values()]
         t = a.refs
         if t is None or not len(t):
             continue
-        keys = [p + k for k in chunk_keys(t.coords)]
+        keys = [p + k for k in encoding.keys(t.coords)]
         if t.url_index is not None:  # chunks spread over several files (virtual datasets)
             names = [by_url[u or tree.url] for u in t.all_urls()]
             yield keys, [[names[j], off, size]

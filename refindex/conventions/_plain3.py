@@ -1,0 +1,74 @@
+"""The ``plain`` convention for zarr v3 indexes: v2's link handling, and xarray's v3 encodings.
+
+Links are handled exactly as in v2 (:func:`apply_plain`: materialised where they lead to
+data, else recorded in ``zarr_link``).  What changes is how xarray, the main reader of such
+files, finds two netCDF facts in a v3 array:
+
+* dimension names: in the array's ``dimension_names``; xarray then shows an
+  ``_ARRAY_DIMENSIONS`` attribute as a user attribute, so it moves there from the attributes;
+* ``_FillValue``: xarray (``zarr_format=3``) decodes this attribute in its own encoding
+  (floats as base64 of a little-endian double, complex numbers as two, integers and
+  booleans as JSON numbers, text as text).  netCDF stores it as a one-element array (a JSON
+  list in the index), which xarray refuses, failing the whole file.  It is rewritten in
+  that encoding (exact: a float32 fill widens to a double losslessly); a fill xarray cannot
+  decode in v3 (fixed-length bytes, compounds, opaque) is kept unchanged as
+  ``refindex__FillValue``, so the file still opens and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+from typing import Any
+
+from ..codecs import dtype_of
+from ..model import ArrayNode, Tree
+from ._plain import apply_plain
+
+KEPT_FILL_ATTR = "refindex__FillValue"
+_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def apply_plain3(tree: Tree) -> list[tuple[str, str]]:
+    """Rewrite ``tree`` in place for a plain v3 index; nothing is refused here."""
+    apply_plain(tree)
+    for node in tree.arrays.values():
+        dims = node.attrs.pop("_ARRAY_DIMENSIONS", None)
+        if isinstance(dims, list) and len(dims) == len(node.shape) and all(isinstance(d, str) for d in dims):
+            node.dimension_names = list(dims)
+        if "_FillValue" in node.attrs:
+            _xarray_fill_attr(node)
+    return []
+
+
+def _double_b64(v: Any) -> str:
+    x = _SPECIAL[v] if isinstance(v, str) else float(v)
+    return base64.standard_b64encode(struct.pack("<d", x)).decode("ascii")
+
+
+def _xarray_fill_attr(node: ArrayNode) -> None:
+    value = node.attrs["_FillValue"]
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    try:
+        kind = "T" if node.dtype == "|O" else dtype_of(node.dtype).kind
+    except (ValueError, TypeError):
+        kind = "?"
+    try:
+        if kind == "f" and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            encoded: Any = _double_b64(value)
+        elif kind == "c" and isinstance(value, list) and len(value) == 2:
+            encoded = [_double_b64(value[0]), _double_b64(value[1])]
+        elif kind in "iu" and isinstance(value, (int, float)) and float(value).is_integer():
+            encoded = int(value)
+        elif kind == "b" and isinstance(value, (bool, int)):
+            encoded = bool(value)
+        elif kind in "UT" and isinstance(value, str):
+            encoded = value
+        else:
+            raise ValueError(kind)
+    except (ValueError, KeyError, TypeError):
+        node.attrs[KEPT_FILL_ATTR] = node.attrs.pop("_FillValue")
+        return
+    node.attrs["_FillValue"] = encoded
