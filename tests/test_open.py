@@ -263,11 +263,40 @@ def test_open_nwb_on_an_s3_url(many_objects, tmp_path):
         fs.put(str(many_objects), "nwb-bucket/session.nwb")
         hio, hnwb = _hdf5_nwb(many_objects)
         try:
-            nwb = refindex.open_nwb("s3://nwb-bucket/session.nwb", storage_options=s3, cache=tmp_path / "c")
+            nwb = refindex.open_nwb("s3://nwb-bucket/session.nwb", storage_options=s3, cache=tmp_path / "c",
+                                    read_ahead=0)
             assert nwb.refindex_io._file.store.stats.requests == 0  # the open fetched no chunk
             nwbcompare.assert_same_nwb(hnwb, nwb)
             ts = nwb.processing["module1"]["series003"]
             assert_same_values(hnwb.processing["module1"]["series003"].data[:], ts.data[:])
+        finally:
+            hio.close()
+
+
+def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
+    """Remote: the first chunk of the longest acquisition series is fetched while the file opens
+    (one request), and reading it then costs none; the values are h5py's."""
+    pytest.importorskip("pynwb")
+    path = tmp_path / "main.nwb"
+    nwbfiles.build_main(path, tmp_path)
+    with moto_s3() as s3:
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+        fs.mkdir("ahead-bucket")
+        fs.put(str(path), "ahead-bucket/main.nwb")
+        hio, hnwb = _hdf5_nwb(path)
+        try:
+            nwb = refindex.open_nwb("s3://ahead-bucket/main.nwb", storage_options=s3, cache=False)
+            store = nwb.refindex_io._file.store
+            longest = max(hnwb.acquisition.values(), key=lambda s: s.data.shape[0])
+            assert longest.name == "raw"  # 20,000 rows; raw_gzip has 4,000
+            data = nwb.acquisition["raw"].data
+            rows = data.chunks[0]
+            assert store.stats.requests == 1 and store.stats.keys == ["acquisition/raw/data/0.0"]
+            assert_same_values(longest.data[:rows], data[:rows])
+            assert store.stats.requests == 1  # served by the read-ahead
+            gz = nwb.acquisition["raw_gzip"].data
+            assert_same_values(hnwb.acquisition["raw_gzip"].data[:], gz[:])
+            assert store.stats.requests > 1  # everything else is fetched when asked for
         finally:
             hio.close()
 

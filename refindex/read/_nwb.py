@@ -42,6 +42,7 @@ from ._urlcheck import declared_sources, untrusted
 from ._urlpolicy import UrlPolicy
 
 SMALL_ARRAY_BYTES = 16 << 20
+READ_AHEAD_BYTES = 8 << 20  # the first chunk of the main recording, fetched while the NWBFile is built
 TABLE_COLUMN_BYTES = 256 << 20
 TABLE_COLUMN_TYPES = frozenset({"VectorData", "VectorIndex", "ElementIdentifiers", "DynamicTableRegion"})
 _TREES: "weakref.WeakKeyDictionary[IndexStore, ZarrTree]" = weakref.WeakKeyDictionary()
@@ -521,6 +522,46 @@ def _resolve_in(tree: ZarrTree, path: str | None, source: str, root_name: str, a
     return posixpath.basename(path.rstrip("/")), target
 
 
+def first_acquisition_chunks(store: IndexStore, budget: int) -> list[str]:
+    """The key of the first chunk of the main recording in a remote file, if it fits ``budget``:
+    of the ``acquisition/<name>/data`` arrays, the one with the longest first (time) axis.
+
+    One key, one request: the read-ahead should cost the open no more than that (from the
+    consolidated metadata; ties go to the first name).
+    """
+    raw = store.inline(".zmetadata")
+    if raw is not None:
+        meta = json.loads(raw).get("metadata") or {}
+        arrays = {k[: -len("/.zarray")]: v for k, v in meta.items() if k.endswith("/.zarray")}
+    else:
+        root = json.loads(store.inline("zarr.json") or b"{}")
+        nodes = (root.get("consolidated_metadata") or {}).get("metadata") or {}
+        arrays = {k: v for k, v in nodes.items() if v.get("node_type") == "array"}
+    recordings = sorted((-int((doc.get("shape") or [0])[0]), path) for path, doc in arrays.items()
+                        if _is_acquisition_data(path) and doc.get("shape"))
+    for _, path in recordings[:1]:
+        key = f"{path}/{_first_chunk_key(arrays[path])}"
+        ref = store.reference(key)
+        if ref is not None and ref[2] is not None and not urls.is_local(ref[0]) and ref[2] <= budget:
+            return [key]
+    return []
+
+
+def _is_acquisition_data(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 3 and parts[0] == "acquisition" and parts[2] == "data"
+
+
+def _first_chunk_key(doc: dict[str, Any]) -> str:
+    """The key of chunk (0, ..., 0) of a v2 ``.zarray`` or v3 array document."""
+    ndim = len(doc.get("shape") or ())
+    if doc.get("zarr_format") == 3:
+        enc = doc.get("chunk_key_encoding") or {}
+        sep = (enc.get("configuration") or {}).get("separator", "/" if enc.get("name") == "default" else ".")
+        return sep.join(["c", *("0" * ndim)]) if enc.get("name") == "default" else sep.join("0" * ndim) or "0"
+    return (doc.get("dimension_separator") or ".").join("0" * ndim) or "0"
+
+
 def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None:
     """hdmf-zarr's rule for v2 files: never decode the pickle codec unless the caller trusts the file."""
     if allow_pickle or not hasattr(obj, "metadata") or not hasattr(obj.metadata, "filters"):
@@ -535,7 +576,8 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
 def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
              remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
-             allowed_urls: Sequence[str] | None = None, trust: bool = False) -> Any:
+             allowed_urls: Sequence[str] | None = None, trust: bool = False,
+             read_ahead: int = READ_AHEAD_BYTES) -> Any:
     """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO`` (a zarr v3 index: ``NWBZarrIO``), through
     its index or from the file itself.
 
@@ -554,12 +596,20 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     URLs are judged as by :func:`refindex.open` (``allowed_urls``, ``trust``): the index's
     own at open, those of a linked file's index when a link first leads into it, before
     anything of it is read.
+
+    ``read_ahead``: the most bytes to fetch in the background, while the NWBFile is built,
+    of the first chunk of the main recording in a remote file (the acquisition series with
+    the longest time axis: what a notebook plots first, so its round trip costs no wait).
+    0 turns it off.
     """
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
                                                 cache=cache, allowed_urls=allowed_urls, trust=trust))
     io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
-    io = io_class(path=store_of(loaded, opts), mode="r")
+    store = store_of(loaded, opts)
+    if read_ahead > 0 and isinstance(store, IndexStore):
+        store.read_ahead(first_acquisition_chunks(store, read_ahead))
+    io = io_class(path=store, mode="r")
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
                                                external=external, scan_missing=scan_missing)

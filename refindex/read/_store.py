@@ -82,6 +82,7 @@ class IndexStore(Store):
         self._sorted_keys: list[str] | None = None
         self._pending: dict[str, list[tuple[int, int, str, asyncio.Future]]] = {}
         self._flush_scheduled = False
+        self._ahead: dict[str, asyncio.Future] = {}
         self.stats = FetchStats()
 
     def __str__(self) -> str:
@@ -127,6 +128,8 @@ class IndexStore(Store):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
                   ) -> Buffer | None:
         data = self.inline(key)
+        if data is None and key in self._ahead:
+            data = await _taken(self._ahead.pop(key))
         if data is None:
             ref = self.reference(key)
             if ref is None:
@@ -172,6 +175,37 @@ class IndexStore(Store):
                 seen.add(child)
                 yield child
 
+    # ------------------------------------------------------------------ read-ahead
+    def read_ahead(self, keys: Iterable[str]) -> int:
+        """Start fetching the referenced ``keys`` now, in the background, for a later :meth:`get`.
+
+        For what a reader will almost surely ask for next (the first chunk a notebook
+        plots): its round trip then overlaps with work the caller does meanwhile.  Each
+        key's bytes are handed out once and then dropped.  Returns the bytes requested.
+        """
+        wanted = [(k, ref) for k in keys if k not in self._ahead and (ref := self.reference(k)) and ref[2]]
+        if not wanted:
+            return 0
+        from zarr.core.sync import sync
+
+        async def start() -> None:
+            for key, (url, offset, size) in wanted:
+                self._ahead[key] = asyncio.ensure_future(self._fetch_one(key, url, offset, size))
+
+        sync(start())  # registered before this returns: a get() right after finds them
+        return sum(size for _, (_, _, size) in wanted)
+
+    async def _fetch_one(self, key: str, url: str, offset: int, size: int) -> bytes:
+        """One range as one request (not merged or split: it runs beside other work)."""
+        (data,) = await _with_retries(self._read_ranges, url, [(offset, offset + size)])
+        if len(data) != size:
+            raise SourceError(f"short read at {offset}: got {len(data)} of {size} bytes", file=url)
+        self.stats.requests += 1
+        self.stats.round_trips += 1
+        self.stats.bytes_fetched += size
+        self.stats.keys.append(key)
+        return data
+
     # ------------------------------------------------------------------ batched fetches
     async def _fetch(self, key: str, url: str, offset: int, size: int | None) -> bytes:
         """Queue one range; all ranges queued in this turn of the loop are fetched together."""
@@ -215,6 +249,14 @@ class IndexStore(Store):
             self.stats.keys.append(key)
             if not fut.done():
                 fut.set_result(datas[span][at: at + (b - a)])
+
+
+async def _taken(fut: asyncio.Future) -> bytes | None:
+    """A read-ahead's bytes; None when it failed (the caller fetches the key again, reporting errors)."""
+    try:
+        return await fut
+    except Exception:
+        return None
 
 
 def _split(spans: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[list[int]]]:
