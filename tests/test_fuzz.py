@@ -43,3 +43,58 @@ def test_mutations_are_seeded():
     a = [fuzz.mutate(data, random.Random(7)) for _ in range(5)]
     b = [fuzz.mutate(data, random.Random(7)) for _ in range(5)]
     assert a == b and all(m != data for _, m in a)
+
+
+# Findings of earlier long runs, each pinned by the same seeded mutation of the corpus file.
+
+def _mutated(tmp_path, relpath: str, seed: int, expect: str) -> str:
+    """The corpus file ``relpath`` after ``fuzz.mutate`` with ``random.Random(seed)`` (checked to be ``expect``)."""
+    import random
+
+    source = CORPUS / relpath
+    if not source.exists():
+        pytest.skip(f"corpus file {relpath} not found under {CORPUS} (set REFINDEX_CORPUS)")
+    what, data = fuzz.mutate(source.read_bytes(), random.Random(seed))
+    assert what == expect  # the mutation this test was written for
+    out = tmp_path / source.name
+    out.write_bytes(data)
+    return str(out)
+
+
+@pytest.mark.parametrize("relpath, seed, expect, dataset, chunk", [
+    ("netcdf-c/ref_szip.h5", 2984, "flip bits at [1768, 5578]", "/dset_szip", "(1, 1)"),
+    ("hdf5/noencoder.h5", 266, "flip bits at [3651, 6044]", "/noencoder_szip_dset.h5", "(0,)"),
+])
+def test_fuzz_szip_stream_ending_early_fails_the_scan(tmp_path, relpath, seed, expect, dataset, chunk):
+    """A damaged szip stream with padded scanlines decodes to uninitialised memory in libhdf5 and
+    imagecodecs alike (h5py read values that differ between reads): the scan refuses the array."""
+    from refindex.api import scan_to_file
+    from refindex.errors import RefindexError
+
+    src = _mutated(tmp_path, relpath, seed, expect)
+    out = tmp_path / "refs.json"
+    with pytest.raises(RefindexError) as e:
+        scan_to_file(src, str(out), return_refs=True)
+    assert e.value.path == dataset and e.value.file == src
+    assert f"damaged szip chunk {chunk}: its stream decodes to " in e.value.reason
+    assert "uninitialised memory" in e.value.reason
+    assert not out.exists()
+
+
+def test_szip_shortfall_sees_a_stream_that_ends_early():
+    import imagecodecs
+    import numpy as np
+
+    from refindex.codecs import szip_shortfall
+
+    raw = (np.arange(800, dtype="<i4") % 97).tobytes()
+    for ppb, ppsl in ((8, 10), (4, 10), (8, 16)):
+        params = (32 | 1, ppb, 32, ppsl)  # NN preprocessing, as libhdf5 writes 'nn'
+        enc = bytes(imagecodecs.szip_encode(raw, *params, header=True))
+        assert szip_shortfall(enc, *params) is None
+        assert imagecodecs.szip_decode(enc, *params, header=True) == raw
+        cut = enc[: len(enc) * 2 // 3]
+        got, need = szip_shortfall(cut, *params)
+        assert got < need
+        # What the stock codec makes of it: the full size, the rest uninitialised memory.
+        assert len(imagecodecs.szip_decode(cut, *params, header=True)) == len(raw)
