@@ -98,3 +98,59 @@ def test_szip_shortfall_sees_a_stream_that_ends_early():
         assert got < need
         # What the stock codec makes of it: the full size, the rest uninitialised memory.
         assert len(imagecodecs.szip_decode(cut, *params, header=True)) == len(raw)
+
+
+def test_fuzz_link_target_not_utf8_is_a_named_error(tmp_path):
+    """A flipped bit made an external link's target path invalid UTF-8; h5py hands it back as
+    bytes, which reached the JSON writer (TypeError).  Now: a named error, or a skipped link."""
+    import json
+
+    from refindex.api import scan_to_file
+    from refindex.errors import UnsupportedError
+
+    src = _mutated(tmp_path, "hdf5/textlinksrc.h5", 475, "flip bits at [1151]")
+    out = tmp_path / "refs.json"
+    with pytest.raises(UnsupportedError) as e:
+        scan_to_file(src, str(out))
+    assert (e.value.file, e.value.path) == (src, "/ext2soft_link1")
+    assert e.value.reason == "the link's target path is not UTF-8 text (b'/sof\\xf4_dset1'): an index cannot name it"
+    assert not out.exists()
+
+    summary = scan_to_file(src, str(out), on_unsupported="skip")  # the other links are kept
+    assert summary["skipped"] == [{"path": "/ext2soft_link1", "reason": e.value.reason}]
+    links = json.loads(json.loads(out.read_text())["refs"][".zattrs"])["zarr_link"]
+    assert {x["name"]: (x["source"], x["path"]) for x in links} == {
+        "ext2softdangle_link1": ("tsoftlinks.h5", "/soft_dangle"), "ext_link1": ("textlinktar.h5", "group"),
+        "ext_link2": ("textlinktar.h5", "dset"), "ext_link3": ("textlinktar.h5", "type"),
+        "ext_link4": ("textlinktar.h5", "group/elink_t2"), "ext_link5": ("textlinktar.h5", "empty_group")}
+
+
+def test_link_values_and_names_that_are_not_utf8_are_named_errors(tmp_path):
+    """Link values and member names that are not UTF-8: named errors, never a TypeError or a mangled
+    path (h5py's link objects turn such a soft link's target into the text "b'...'")."""
+    import h5py
+
+    from refindex.api import scan
+    from refindex.errors import RefindexError, UnsupportedError
+
+    src = tmp_path / "links.h5"
+    with h5py.File(src, "w") as f:
+        f["data"] = [1, 2]
+        f.id.links.create_soft(b"soft", b"/d\xe9ta")
+        f.id.links.create_external(b"ext", b"other\xff.h5", b"/x")
+    with pytest.raises(UnsupportedError, match=r"^.*: /ext: the link's file name is not UTF-8 text "
+                                               r"\(b'other\\xff.h5'\): an index cannot name it$"):
+        scan(str(src))
+    refs = scan(str(src), on_unsupported="skip")
+    assert "data/.zarray" in refs["refs"] and ".zattrs" not in refs["refs"]  # both links left out
+    with h5py.File(src, "a") as f:
+        del f["ext"]
+    with pytest.raises(UnsupportedError, match=r": /soft: the link's target path is not UTF-8 text \(b'/d\\xe9ta'\)"):
+        scan(str(src))
+    bad = tmp_path / "names.h5"
+    with h5py.File(bad, "w") as f:
+        g = f.create_group("g")
+        g["x"] = 1
+        h5py.h5l.LinkProxy.create_hard(g.id.links, b"caf\xe9", g.id, b"x")
+    with pytest.raises(RefindexError, match=r"/g: a member name is not UTF-8 text \(b'caf\\xe9'\)"):
+        scan(str(bad))
