@@ -154,3 +154,36 @@ def test_link_values_and_names_that_are_not_utf8_are_named_errors(tmp_path):
         h5py.h5l.LinkProxy.create_hard(g.id.links, b"caf\xe9", g.id, b"x")
     with pytest.raises(RefindexError, match=r"/g: a member name is not UTF-8 text \(b'caf\\xe9'\)"):
         scan(str(bad))
+
+
+def test_fuzz_worker_ending_without_an_answer_is_a_clear_cli_error(tmp_path):
+    """The SZ filter plugin calls exit(0) on a chunk whose header it does not recognise: the scan's
+    worker ends with exit code 0 and no answer.  The command says so (exit 2, one line naming the
+    file and the plugin's last words), keeps the plugin's chatter off stdout and writes nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = _mutated(tmp_path, "hdf5_plugins/h5ex_d_sz.h5", 557, "flip bits at [4569, 5560]")
+    out = tmp_path / "out" / "sz.refs.json"
+    out.parent.mkdir()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "refindex", "scan", src, "-o", str(out), "--no-progress", *args],
+                              capture_output=True, text=True, timeout=120, env=env)
+
+    plain = cli("--no-isolate")
+    if plain.returncode != 0 or "Wrong version" not in plain.stdout:
+        pytest.skip(f"the SZ plugin no longer exits on this file (--no-isolate: exit {plain.returncode})")
+    assert not out.exists()  # unisolated, the command "succeeded" without writing anything
+    r = cli()
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    assert r.stderr.splitlines() == [
+        f"refindex: error: {src}: the worker ended without an answer (exit code 0): a library it ran (an HDF5 "
+        "filter plugin?) ended the process; it printed last: 'Please double-check if the compressed data (or "
+        "file) is correct.'"]
+    assert os.listdir(out.parent) == []
