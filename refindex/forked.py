@@ -110,7 +110,7 @@ def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str |
     if message is None:  # the pipe closed before a whole answer: the child died
         if cleanup is not None:
             cleanup(child.pid)
-        err = death_error(code, label)
+        err = death_error(code, label, printed.decode(errors="replace"))
         err.worker_traceback = printed.decode(errors="replace")
         raise err
     sys.stderr.write(printed.decode(errors="replace"))
@@ -136,6 +136,8 @@ class _Child:
                 os.dup2(ew, 2)
                 os.close(ew)
                 os.environ["LIBC_FATAL_STDERR_"] = "1"  # glibc's last words to stderr, not to the terminal
+            # What libraries print (a filter plugin's complaints) is a diagnostic: never the command's output.
+            os.dup2(2, 1)
             _child(w, job, kwargs)
         os.close(w)
         if quiet:

@@ -136,11 +136,21 @@ def signal_name(n: int) -> str:
         return f"signal {n}"
 
 
-def death_error(code: int | None, label: str | None) -> WorkerCrashed:
-    """The error for a worker that died before answering: ``code`` < 0 is the signal that killed it."""
+def death_error(code: int | None, label: str | None, printed: str = "") -> WorkerCrashed:
+    """The error for a worker that ended before answering: ``code`` < 0 is the signal that killed it.
+
+    A worker that exits by itself never does so mid-job: some library it ran ended the
+    process (an HDF5 filter plugin calling ``exit(0)`` on a chunk it cannot decode, seen
+    with the SZ plugin).  ``printed``: what the worker wrote last, kept in the reason.
+    """
     if code is not None and code < 0:
         return WorkerCrashed(f"libhdf5 crashed (signal {-code}, {signal_name(-code)})", file=label)
-    return WorkerCrashed(f"worker process died (exit code {code})", file=label)
+    how = "exit status unknown" if code is None else f"exit code {code}"
+    reason = f"the worker ended without an answer ({how}): a library it ran (an HDF5 filter plugin?) ended the process"
+    last = [line.strip() for line in printed.splitlines() if line.strip()]
+    if last:
+        reason += f"; it printed last: {last[-1][:200]!r}"
+    return WorkerCrashed(reason, file=label)
 
 
 def timeout_error(timeout: float | None, label: str | None) -> WorkerTimeout:

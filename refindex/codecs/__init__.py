@@ -23,7 +23,7 @@ _WHERE = {
     "register_v3_codecs": "_v3", "stock_in": "_v3", "OBJECT_CODECS": "_v3", "V3_NAMES": "_v3",
     "BYTESWAP": "_v3",
     "H5Bitshuffle": "decoders", "H5ByteSwap": "decoders", "H5B2nd": "decoders", "H5Lz4": "decoders", "H5Lzf": "decoders", "H5StrPad": "decoders",
-    "H5Szip": "decoders",
+    "H5Szip": "decoders", "SZIP_CODEC_IDS": "decoders", "szip_shortfall": "decoders",
 }
 __all__ = sorted(_WHERE)
 

@@ -168,6 +168,43 @@ class H5Bitshuffle(Codec):
         raise NotImplementedError("refindex only decodes HDF5 bitshuffle chunks")
 
 
+SZIP_CODEC_IDS = ("imagecodecs_szip", "refindex_h5szip")
+
+
+def szip_shortfall(data: bytes, options_mask: int, pixels_per_block: int, bits_per_pixel: int,
+                   pixels_per_scanline: int) -> tuple[int, int] | None:
+    """(bytes decoded, bytes needed) when an HDF5 szip chunk's stream ends early, else None.
+
+    libaec's szip layer (``SZ_BufftoBuffDecompress``) decodes scanlines whose length is not
+    a whole number of blocks into a padded scratch buffer from ``malloc`` and reports the
+    full size however few samples the stream held, so libhdf5 and imagecodecs alike return
+    uninitialised memory for the rest of a damaged stream; imagecodecs' ``szip_decode`` with
+    ``header=True`` (the stock ``imagecodecs_szip`` codec) returns a buffer of the header's
+    size in every layout, whatever was decoded into it.  Those values differ from read to
+    read.  Decoding the stream as scanlines of whole blocks (the same AEC parameters: block
+    size, blocks per reference interval, sample size) into a buffer of the padded size takes
+    the path that reports how much was decoded.  ``data`` is the chunk as the szip filter
+    wrote it: a 4-byte LE size, then the stream.
+    """
+    import imagecodecs
+
+    if pixels_per_block <= 0 or pixels_per_scanline <= 0 or len(data) < 4:
+        return None
+    bits = 8 if bits_per_pixel in (32, 64) else bits_per_pixel  # wide samples are coded as byte planes
+    pixel = 4 if bits > 16 else 2 if bits > 8 else 1
+    blocks = -(-pixels_per_scanline // pixels_per_block)  # per scanline: libaec's reference sample interval
+    scanlines = -(-(int.from_bytes(data[:4], "little") // pixel) // pixels_per_scanline)
+    need = blocks * pixels_per_block * pixel * scanlines
+    if not need:
+        return None
+    try:
+        got = len(imagecodecs.szip_decode(data[4:], options_mask, pixels_per_block, bits_per_pixel,
+                                          blocks * pixels_per_block, header=False, out=need))
+    except Exception:  # noqa: BLE001 - a stream libaec refuses: every reader refuses it too
+        return None
+    return (got, need) if got < need else None
+
+
 class H5Szip(Codec):
     """HDF5 szip filter (id 4): 4-byte LE uncompressed size, then an AEC stream."""
 

@@ -12,13 +12,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..codecs import codec_pipeline, string_padding
+from ..codecs import SZIP_CODEC_IDS, codec_pipeline, string_padding, szip_shortfall
 from ..compare import records_equal, values_of
 from ..model import ArrayNode, ChunkTable
 from ._context import ScanContext
 
 MiB = 1 << 20
 LOOKUP_SAMPLE, LOOKUP_BUDGET = 64, 4 << 20  # chunks read through libhdf5's lookup to check the listing
+SZIP_BUDGET = 32 << 20  # stored bytes of szip chunks whose streams are decoded at scan time (~0.7 s)
 
 
 def chunk_origin(coord: Any, chunks: Any, ndim: int) -> tuple[int, ...]:
@@ -153,3 +154,48 @@ def unfiltered_edge_chunks(d: h5py.Dataset, node: ArrayNode, table: ChunkTable, 
         raw = bytes(d.id.read_direct_chunk(chunk_origin(coord, node.chunks, ndim))[1])  # through h5py's own reads
         flags[i] = not chunk_agrees(d, node, nd, coord, raw)
     return flags
+
+
+def damaged_szip_chunk(ctx: ScanContext, node: ArrayNode, table: ChunkTable, odd: np.ndarray,
+                       chunk_nbytes: int, budget: int = SZIP_BUDGET) -> str | None:
+    """Why one stored szip chunk has no defined values (a stream that ends early), or None.
+
+    libaec hands libhdf5 (scanlines that are not a whole number of blocks) and the stock
+    ``imagecodecs_szip`` codec (every layout) uninitialised memory for whatever a damaged
+    stream lacks (:func:`~refindex.codecs.szip_shortfall`): values that differ between reads,
+    which no index can agree with.  Every chunk's stream is decoded while the stored bytes
+    stay within ``budget``, else an even sample of that many bytes.
+    """
+    chain = codec_pipeline(node.filters, node.compressor)
+    at = [i for i, c in enumerate(chain) if getattr(c, "codec_id", "") in SZIP_CODEC_IDS]
+    if not at or not len(table) or not ctx.want_sample_check():
+        return None
+    sz = chain[at[-1]]
+    params = (sz.options_mask, sz.pixels_per_block, sz.bits_per_pixel, sz.pixels_per_scanline)
+    after = chain[at[-1] + 1:]  # applied after szip when writing: undone first
+    # With only byte shuffling before it, szip compressed exactly one chunk.
+    same_size = all(getattr(c, "codec_id", "") == "shuffle" for c in chain[:at[-1]])
+    rows = np.nonzero(~odd)[0]
+    total = int(table.sizes[rows].sum()) if len(rows) else 0
+    if total > budget:
+        rows = rows[np.unique(np.linspace(0, len(rows) - 1, max(3, len(rows) * budget // total)).astype(np.int64))]
+    url = None if table.url in (None, ctx.url) else table.url
+    for lo in range(0, len(rows), 256):
+        part = rows[lo:lo + 256]
+        for i, raw in zip(part, ctx.read_many(url, table.offsets[part].tolist(), table.sizes[part].tolist())):
+            try:
+                buf: Any = raw
+                for codec in reversed(after):
+                    buf = codec.decode(buf)
+            except Exception:  # noqa: BLE001 - e.g. a bad Fletcher32 checksum: every reader refuses it
+                continue
+            buf = bytes(buf)
+            where = tuple(int(c) for c in table.coords[i])
+            claimed = int.from_bytes(buf[:4], "little")
+            if (claimed != chunk_nbytes) if same_size else (claimed > 2 * chunk_nbytes + 1024):
+                return f"damaged szip chunk {where}: its header claims {claimed} bytes for a chunk of {chunk_nbytes}"
+            short = szip_shortfall(buf, *params)
+            if short:
+                return (f"damaged szip chunk {where}: its stream decodes to {short[0]} of {short[1]} bytes, and "
+                        "libaec fills the rest with uninitialised memory (values that differ from read to read)")
+    return None

@@ -20,7 +20,8 @@ from ..compare import values_of
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable, chunk_key
 from ..progress import NoProgress, Progress
-from ._checks import chunk_agrees, chunk_origin, damaged_table, lookups_disagree, unfiltered_edge_chunks
+from ._checks import (chunk_agrees, chunk_origin, damaged_szip_chunk, damaged_table, lookups_disagree,
+                      unfiltered_edge_chunks)
 from ._context import ScanContext, fill_value_of
 from ._inline import inline_decoded
 
@@ -62,6 +63,9 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
     odd_edges = unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
     masks = masks | odd_edges.astype(np.uint32)
     odd = masks != 0
+    why = damaged_szip_chunk(ctx, node, table, odd, chunk_nbytes)
+    if why:
+        raise ctx.fail(node.path, why, RefindexError)
     small = table.sizes < np.uint64(ctx.opts.inline_threshold)
     why = keep_odd_chunks(ctx, d, node, table, odd, nd, chunk_nbytes)
     if why:

@@ -10,7 +10,7 @@ import h5py
 
 from ..codecs import jsonable
 from ..compare import object_key
-from ..errors import RefindexError
+from ..errors import RefindexError, UnsupportedError
 from ..model import GroupNode, LinkNode, Tree, join
 from ..safety import resolve_inside
 from ._attrs import attributes_of, object_id_of
@@ -34,9 +34,35 @@ def scan_file(ctx: ScanContext) -> Tree:
 
 def children(ctx: ScanContext, g: h5py.Group, path: str) -> list[str]:
     try:
-        return sorted(g.keys())
+        names = list(g.keys())
     except Exception as e:
         raise ctx.fail(path, f"cannot list group members: {e}", RefindexError) from e
+    odd = [n for n in names if not isinstance(n, str)]  # h5py hands back names that are not UTF-8 as bytes
+    if odd:
+        raise ctx.fail(path, f"a member name is not UTF-8 text ({bytes(odd[0])!r}): it cannot be a zarr key",
+                       RefindexError)
+    return sorted(names)
+
+
+def link_value(ctx: ScanContext, g: h5py.Group, name: str, child: str) -> tuple[str, str | None]:
+    """(target path, file name or None) of a soft or external link, as stored.
+
+    Read from libhdf5 rather than h5py's link objects, which turn bytes that are not UTF-8
+    into ``"b'...'"`` (soft links) or replacement characters (file names).
+    """
+    try:
+        raw = g.id.links.get_val(name.encode("utf-8"))
+    except Exception as e:
+        raise ctx.fail(child, f"cannot read link: {e}", RefindexError) from e
+    parts = {"target path": raw} if isinstance(raw, bytes) else {"file name": raw[0], "target path": raw[1]}
+    text = {}
+    for what, value in parts.items():
+        try:
+            text[what] = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ctx.fail(child, f"the link's {what} is not UTF-8 text ({bytes(value)!r}): "
+                           "an index cannot name it") from None
+    return text["target path"], text.get("file name")
 
 
 def index_objects(ctx: ScanContext) -> None:
@@ -83,11 +109,14 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
                 continue
             raise err
         info = g.id.links.get_info(name.encode("utf-8"))
-        if info.type == h5py.h5l.TYPE_SOFT:
-            ctx.tree.links.append(soft_link(ctx, g, name, path))
-            continue
-        if info.type == h5py.h5l.TYPE_EXTERNAL:
-            ctx.tree.links.append(external_link(ctx, g, name, path))
+        if info.type in (h5py.h5l.TYPE_SOFT, h5py.h5l.TYPE_EXTERNAL):
+            try:
+                ctx.tree.links.append((soft_link if info.type == h5py.h5l.TYPE_SOFT else external_link)(
+                    ctx, g, name, path))
+            except UnsupportedError as err:  # a link value an index cannot hold
+                if ctx.opts.on_unsupported != "skip":
+                    raise
+                ctx.tree.skipped.append({"path": child, "reason": err.reason})
             continue
         if info.type != h5py.h5l.TYPE_HARD:
             ctx.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
@@ -121,8 +150,7 @@ def netcdf_dimension_only(d: h5py.Dataset) -> bool:
 
 
 def soft_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNode:
-    link = g.get(name, getlink=True)
-    written = link.path
+    written, _ = link_value(ctx, g, name, join(parent, name))
     target = written if written.startswith("/") else posixpath.normpath(join(parent, written))
     try:
         obj = g[name]
@@ -135,10 +163,10 @@ def soft_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNo
 
 def external_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNode:
     """An external link; when libhdf5 can open the other file, its target's ids are recorded too."""
-    link = g.get(name, getlink=True)
-    node = LinkNode(name, parent, "external", link.path, file=link.filename, resolved=False)
+    target, filename = link_value(ctx, g, name, join(parent, name))
+    node = LinkNode(name, parent, "external", target, file=filename, resolved=False)
     try:  # libhdf5 opens the other file to resolve the link: only inside the allowed root
-        resolve_inside(link.filename, ctx.url, allowed_root=ctx.opts.allowed_root,
+        resolve_inside(filename, ctx.url, allowed_root=ctx.opts.allowed_root,
                        allow_outside=ctx.opts.allow_outside)
     except RefindexError:
         return node
