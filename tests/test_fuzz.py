@@ -81,6 +81,23 @@ def test_fuzz_szip_stream_ending_early_fails_the_scan(tmp_path, relpath, seed, e
     assert not out.exists()
 
 
+def test_fuzz_lost_filter_pipeline_is_a_damaged_chunk_index(tmp_path):
+    """One bit destroys a dataset's filter-pipeline message: libhdf5 reads its 20-byte stored
+    chunk as an unfiltered 40-byte one and fills the rest from uninitialised memory (values that
+    differ between reads).  Without filters every chunk is stored whole: the scan refuses it."""
+    from refindex.api import scan_to_file
+    from refindex.errors import RefindexError
+
+    src = _mutated(tmp_path, "hdf5/noencoder.h5", 1020, "flip bits at [3785]")
+    out = tmp_path / "refs.json"
+    with pytest.raises(RefindexError) as e:
+        scan_to_file(src, str(out))
+    assert e.value.path == "/noencoder_szip_shuffle_fletcher_dset.h5" and e.value.file == src
+    assert "damaged chunk index: chunk (0,) of a dataset without filters is stored in 20 bytes, not the " \
+           "chunk's 40" in e.value.reason
+    assert not out.exists()
+
+
 def test_szip_shortfall_sees_a_stream_that_ends_early():
     import imagecodecs
     import numpy as np
