@@ -319,17 +319,19 @@ def write_tree(store: Any, tree: Tree, group: str) -> dict[str, int]:
     write_native(store, items)  # every node first: a chunk is refused for a node not created yet
     chunks = [(join(base, path, key), data) for path, arr in h.arrays.items() for key, data in arr.inline.items()]
     write_native(store, chunks)
-    referenced = 0
+    referenced = nbytes = 0
     for path, arr in h.arrays.items():
         if arr.refs is not None:
             write_refs(store, join(base, path), arr.refs, grid_of(h.documents[path]), tree.url)
             referenced += len(arr.refs)
-    return {"arrays": len(h.arrays), "chunks_referenced": referenced, "inline_chunks": len(chunks)}
+            nbytes += arr.refs.nbytes_referenced
+    return {"arrays": len(h.arrays), "chunks_referenced": referenced, "bytes_referenced": nbytes,
+            "inline_chunks": len(chunks), "inline_bytes": sum(len(d) for _, d in chunks)}
 
 
-def group_record(tree: Tree, group: str) -> dict[str, Any]:
-    """What a commit records of one group: the index's provenance and the containers it reads."""
-    return v3.provenance(tree) | {"containers": sorted(prefixes_of(tree))}
+def group_record(tree: Tree, counts: dict[str, int]) -> dict[str, Any]:
+    """What a commit records of one group: the index's provenance, the containers it reads, its counts."""
+    return v3.provenance(tree) | {"containers": sorted(prefixes_of(tree)), "counts": dict(counts)}
 
 
 def commit_message(records: dict[str, dict[str, Any]], version: str) -> str:
@@ -375,7 +377,6 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
     import icechunk as ic
 
     group = "/" + target.base
-    records = {group: group_record(tree, group)}
     repo = open_repository(target, prefixes_of(tree))
     for attempt in range(TRIES):
         session = writable_session(repo, target)
@@ -385,6 +386,7 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
             raise RefindexError(e.reason, file=tree.url, path=e.path) from e
         except ic.IcechunkError as e:
             raise RefindexError(f"Icechunk refused the write: {said(e)}", file=tree.url) from e
+        records = {group: group_record(tree, counts)}
         try:
             snapshot = commit(session, records, version, target.repo)
             break
