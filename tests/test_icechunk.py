@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import zarr
 from conftest import moto_s3
-from test_v3 import (COUNTS, NO_CORPUS, ROWS, _close_ios, _read_both, all_arrays, assert_same_as_v2,  # noqa: F401
-                     hdf5_nwb, nwb3, nwb_read, open2, roundtrip)
+import test_v3
+from test_v3 import NO_CORPUS, ROWS, all_arrays, assert_same_as_v2, hdf5_nwb, nwb_read, open2, roundtrip
 
 import refindex
 from refindex import pipeline, writers
@@ -30,6 +30,8 @@ from refindex.read import IcechunkIndex
 from refindex.writers.icechunk import IcechunkTarget
 
 pytest.importorskip("icechunk")
+nwb3 = test_v3.nwb3  # the NWB test files (fixture), and hdmf-zarr ios closed after each test
+_close_ios = test_v3._close_ios
 REFERENCED = {"inline_threshold": 0, "inline_dataset_threshold": 0}
 
 
@@ -306,5 +308,5 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
         a3 = all_arrays(refindex.open(tmp_path / "repo", group="f"))
     assert set(a2) == set(a3)
     for name in sorted(a2):
-        for x2, x3 in _read_both(a2[name], a3[name]):
+        for x2, x3 in test_v3._read_both(a2[name], a3[name]):
             assert_same_as_v2(x2, x3, f"{row['relpath']}:{name}")
