@@ -300,7 +300,8 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
     t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
     t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
     pipeline.check_strict_attributes(t3, opts, str(path))
-    assert [s for s in t3.skipped if "attribute" not in s] == t2.skipped  # only NaN attributes may be added
+    # the same datasets skipped (attributes: Icechunk's NaN refusals come on top)
+    assert [s for s in t3.skipped if "attribute" not in s] == [s for s in t2.skipped if "attribute" not in s]
     writers.icechunk.write_icechunk(t3, IcechunkTarget(str(tmp_path / "repo"), group="f"))
     a2 = all_arrays(open2(roundtrip(writers.to_refs(t2))))
     with warnings.catch_warnings():
