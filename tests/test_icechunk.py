@@ -144,6 +144,31 @@ def test_nan_attributes_skipped_by_name_when_asked(tmp_path):
     assert refindex.info(repo)["skipped"] == summary["skipped"]  # recorded, never silently dropped
 
 
+def test_unreadable_attribute_fails_or_is_recorded_as_in_v2(tmp_path):
+    """An attribute h5py cannot read safely fails the Icechunk scan with the v2 error (nothing committed),
+    or with ``on_unsupported="skip"`` is left out and recorded in the summary and the commit's record."""
+    src, repo = tmp_path / "vlen_regref.h5", tmp_path / "repo"
+    test_v3._vlen_regref_file(src)
+    with pytest.raises(refindex.UnsupportedError) as v2_err:
+        refindex.scan(str(src))
+    with pytest.raises(refindex.UnsupportedError) as err:
+        refindex.scan_to_icechunk(src, repo, group="f")
+    assert str(err.value) == str(v2_err.value) and err.value.path == "/g/dset_main"
+    assert not repo.exists()  # the scan failed before any repository was touched
+    expected = refindex.scan(str(src), on_unsupported="skip")["refindex"]["skipped"]
+    assert [s["attribute"] for s in expected] == ["Vlen_REGREF"]
+    summary = refindex.scan_to_icechunk(src, repo, group="f", on_unsupported="skip")
+    assert summary["skipped"] == expected
+    import icechunk as ic
+
+    tip = next(iter(ic.Repository.open(ic.local_filesystem_storage(str(repo))).ancestry(branch="main")))
+    assert tip.metadata["refindex"]["groups"]["/f"]["skipped"] == expected
+    assert len(history(str(repo))) == 2  # the repository's initial commit and this scan's
+    g = refindex.open(repo, group="f")
+    assert dict(g["g/dset_main"].attrs) == {"kept": 3}
+    np.testing.assert_array_equal(g["g/dset_main"][...], np.arange(12).reshape(3, 4))
+
+
 def test_failure_half_way_through_the_write_leaves_history_unchanged(tmp_path, monkeypatch):
     src, repo = tmp_path / "a.h5", tmp_path / "repo"
     make_file(src)
@@ -299,9 +324,11 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
     scanned = pipeline.scan_source(str(path), opts)
     t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
     t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
+    assert t3.skipped == t2.skipped  # the same datasets and attributes skipped, with the same reasons
     pipeline.check_strict_attributes(t3, opts, str(path))
-    # the same datasets skipped (attributes: Icechunk's NaN refusals come on top)
-    assert [s for s in t3.skipped if "attribute" not in s] == [s for s in t2.skipped if "attribute" not in s]
+    # Icechunk's strict-JSON refusals come on top, attributes only
+    assert t3.skipped[:len(t2.skipped)] == t2.skipped
+    assert all("NaN" in s["reason"] for s in t3.skipped[len(t2.skipped):])
     writers.icechunk.write_icechunk(t3, IcechunkTarget(str(tmp_path / "repo"), group="f"))
     a2 = all_arrays(open2(roundtrip(writers.to_refs(t2))))
     with warnings.catch_warnings():
