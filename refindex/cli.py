@@ -356,7 +356,12 @@ def add_batch(sub: Any) -> None:
                    "(default: beside each input)")
     b.add_argument("--manifest", help="manifest path (.jsonl or .parquet; default: refindex-manifest.jsonl in "
                    "the output or the inputs' common folder)")
-    b.add_argument("--format", choices=["json", "parquet"], default="json")
+    b.add_argument("--format", choices=["json", "parquet", "icechunk"], default="json",
+                   help="icechunk: every file into the Icechunk repository -o (folder or s3://bucket/prefix), "
+                   "one group per file, one commit")
+    b.add_argument("--branch", default="main", help="--format icechunk: the branch committed to (default main)")
+    b.add_argument("--repository-options", type=_json_arg,
+                   help="--format icechunk: s3fs-style options for the repository (default: --storage-options)")
     b.add_argument("--record-size", type=int, help="references per parquet file (--format parquet)")
     b.add_argument("--zarr-format", type=int, choices=[2, 3], default=2, help="zarr format of the indexes (see scan)")
     b.add_argument("--workers", type=int, help="local worker processes (default: cores; 0: in this process)")
@@ -389,7 +394,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
                        concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
-                       on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format)
+                       on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format,
+                       branch=args.branch, repository_options=args.repository_options)
     for r in report.failed:
         print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
     for r in report.check_failed:
@@ -398,6 +404,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print(report.summary(), file=sys.stderr)
     if report.combined:
         print(f"combined index: {report.combined}", file=sys.stderr)
+    if args.format == "icechunk":
+        extra = report.extra
+        said = f"committed {extra['snapshot']}" if extra.get("snapshot") else "nothing committed"
+        print(f"{said} to {extra['repository']} (branch {extra['branch']}); containers "
+              f"{', '.join(extra.get('containers') or []) or 'none'}", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_DIFFERENT
 
 

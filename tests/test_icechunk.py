@@ -338,3 +338,177 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
     for name in sorted(a2):
         for x2, x3 in test_v3._read_both(a2[name], a3[name]):
             assert_same_as_v2(x2, x3, f"{row['relpath']}:{name}")
+
+
+# ---------------------------------------------------------------- batch: many files, one repository
+
+
+def _batch_inputs(folder):
+    """Three HDF5 files (one in a subfolder, one with a space in its name) and one that is not HDF5."""
+    (folder / "sub").mkdir(parents=True)
+    files = {"a": folder / "a.h5", "b": folder / "sub" / "b c.h5", "c": folder / "sub" / "c.h5"}
+    for i, path in enumerate(files.values()):
+        make_file(path, 1.0 + i)
+    (folder / "notes.h5").write_bytes(b"these are notes, not HDF5\n" * 40)
+    return files
+
+
+def _plain_zarr(repo, group: str) -> zarr.Group:
+    """The group through zarr alone, on a read-only session authorizing what the repository declares."""
+    import icechunk as ic
+
+    from refindex.writers.icechunk import credentials_for, declared_containers
+
+    storage = ic.local_filesystem_storage(str(repo))
+    containers = declared_containers(ic.Repository.fetch_config(storage))
+    r = ic.Repository.open(storage, authorize_virtual_chunk_access=credentials_for(containers, None))
+    return zarr.open_group(r.readonly_session(branch="main").store, path=group.strip("/"), mode="r", zarr_format=3)
+
+
+def _tip(repo):
+    import icechunk as ic
+
+    return next(iter(ic.Repository.open(ic.local_filesystem_storage(str(repo))).ancestry(branch="main")))
+
+
+def test_batch_into_one_repository_resumes_and_reindexes_only_what_changed(tmp_path):
+    from refindex.batch import read_manifest, run_batch
+
+    files = _batch_inputs(tmp_path / "in")
+    repo = tmp_path / "repo"
+    report = run_batch(str(tmp_path / "in" / "**" / "*.h5"), output=repo, format="icechunk", workers=2,
+                       progress=False, **REFERENCED)
+    by = {r.source: r for r in report.results}
+    assert [r.source for r in report.failed] == [str(tmp_path / "in" / "notes.h5")]
+    assert "not an HDF5 file" in report.failed[0].error and "notes.h5" in report.failed[0].error
+    groups = {k: by[str(p)].group for k, p in files.items()}
+    assert groups == {"a": "/a.h5", "b": "/sub/b_c.h5", "c": "/sub/c.h5"}
+    assert all(by[str(p)].status == "indexed" and by[str(p)].chunks > 10 for p in files.values())
+    assert len(history(str(repo))) == 2  # the repository's first commit and the batch's one
+    tip = _tip(repo)
+    meta = tip.metadata["refindex"]
+    assert set(meta["groups"]) == set(groups.values())  # nothing of the file that failed
+    inputs = tmp_path.resolve() / "in"
+    assert meta["containers"] == [f"file://{inputs}/", f"file://{inputs}/sub/"] == report.extra["containers"]
+    assert report.extra["snapshot"] == tip.id and "3 files" in tip.message
+    for key, path in files.items():
+        rec = meta["groups"][groups[key]]
+        assert rec["input"] == str(path) and rec["source"]["size"] == path.stat().st_size
+        assert rec["source"]["mtime"] is not None and rec["fingerprint"] == by[str(path)].options
+        assert rec["containers"] == [f"file://{path.parent.resolve()}/"]
+        assert_reads_like_h5py(refindex.open(repo, group=groups[key]), path)
+        assert_reads_like_h5py(_plain_zarr(repo, groups[key]), path)
+    assert set(_plain_zarr(repo, "/")) == {"a.h5", "sub"}
+    rows = read_manifest(str(tmp_path / "refindex-manifest-repo.jsonl"))
+    assert {s: r["status"] for s, r in rows.items()} == {str(p): "indexed" for p in files.values()} | {
+        str(tmp_path / "in" / "notes.h5"): "failed"}
+
+    # a re-run: every file unchanged, nothing committed
+    again = run_batch(str(tmp_path / "in" / "**" / "*.h5"), output=repo, format="icechunk", workers=2,
+                      progress=False, **REFERENCED)
+    assert sorted(r.source for r in again.up_to_date) == sorted(str(p) for p in files.values())
+    assert len(again.failed) == 1 and again.extra["snapshot"] is None
+    assert len(history(str(repo))) == 2
+
+    # one source modified: only that one is scanned again, in one new commit
+    make_file(files["c"], 7.0)
+    third = run_batch(str(tmp_path / "in" / "**" / "*.h5"), output=repo, format="icechunk", workers=0,
+                      progress=False, **REFERENCED)
+    assert [r.source for r in third.indexed] == [str(files["c"])] and len(third.up_to_date) == 2
+    assert len(history(str(repo))) == 3 and set(_tip(repo).metadata["refindex"]["groups"]) == {"/sub/c.h5"}
+    for key, path in files.items():
+        assert_reads_like_h5py(refindex.open(repo, group=groups[key]), path)
+    # other scan options: a different fingerprint, everything is scanned again
+    fourth = run_batch([str(p) for p in files.values()], output=repo, format="icechunk", workers=0, progress=False)
+    assert len(fourth.indexed) == 3 and [r.group for r in fourth.indexed] == list(groups.values())
+
+
+def test_batch_file_failing_half_way_through_its_write_leaves_nothing_of_itself(tmp_path, monkeypatch):
+    """A write that fails after some of a file's documents and references went in: that file is reported
+    failed, its group keeps what the branch held, the other files land; when none lands, no commit."""
+    from refindex.batch import run_batch
+
+    files = _batch_inputs(tmp_path / "in")
+    repo = tmp_path / "repo"
+    run_batch([str(files["a"]), str(files["b"])], output=repo, format="icechunk", workers=0, progress=False)
+    before = history(str(repo))
+    make_file(files["a"], 9.0)
+    make_file(files["b"], 8.0)
+    real = writers.icechunk.write_refs
+
+    def failing(store, path, *a, **kw):  # refindex's own step, after the group's documents went in
+        if path.startswith("a.h5/sub"):
+            raise refindex.RefindexError("injected failure", path="/" + path)
+        return real(store, path, *a, **kw)
+
+    monkeypatch.setattr(writers.icechunk, "write_refs", failing)
+    report = run_batch([str(p) for p in files.values()], output=repo, format="icechunk", workers=0,
+                       progress=False, **REFERENCED)
+    assert [r.source for r in report.failed] == [str(files["a"])] and "injected failure" in report.failed[0].error
+    assert len(report.indexed) == 2 and len(history(str(repo))) == len(before) + 1
+    assert set(_tip(repo).metadata["refindex"]["groups"]) == {"/sub/b_c.h5", "/sub/c.h5"}
+    assert_reads_like_h5py(refindex.open(repo, group="sub/b_c.h5"), files["b"])
+    assert_reads_like_h5py(refindex.open(repo, group="sub/c.h5"), files["c"])
+    with pytest.raises(refindex.StaleIndexError):  # the old index of a.h5 is still there, whole, and stale
+        refindex.open(repo, group="a.h5")
+    old = refindex.open(repo, group="a.h5", check_source=False)
+    assert set(old) == {"x", "sparse", "scalar", "text", "sub"} and old["sub/y"].shape == (10, 100)
+    # nothing succeeds: nothing is committed
+    none = run_batch([str(files["a"]), str(tmp_path / "in" / "notes.h5")], output=repo, format="icechunk",
+                     workers=0, progress=False, **REFERENCED)
+    assert len(none.failed) == 2 and none.extra["snapshot"] is None
+    assert len(history(str(repo))) == len(before) + 1
+
+
+def test_batch_on_a_dask_local_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    from refindex.batch import run_batch
+
+    _batch_inputs(tmp_path / "in")
+    repo = tmp_path / "repo"
+    with distributed.LocalCluster(processes=True, n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        report = run_batch(str(tmp_path / "in" / "**" / "*.h5"), output=repo, format="icechunk", dask=client,
+                           progress=False)
+    assert len(report.indexed) == 3 and len(report.failed) == 1 and len(history(str(repo))) == 2
+    for r in report.indexed:
+        assert_reads_like_h5py(refindex.open(repo, group=r.group), r.source)
+        assert_reads_like_h5py(_plain_zarr(repo, r.group), r.source)
+
+
+def test_batch_cli_into_icechunk(tmp_path, capsys):
+    from refindex.cli import main as cli_main
+
+    files = _batch_inputs(tmp_path / "in")
+    repo = tmp_path / "repo"
+    pattern = str(tmp_path / "in" / "**" / "*.h5")
+    assert cli_main(["batch", pattern, "--format", "icechunk", "-o", str(repo), "--combine", "all.json"]) == 2
+    assert "--combine" in capsys.readouterr().err and not repo.exists()
+    assert cli_main(["batch", pattern, "--format", "icechunk", "--no-progress"]) == 2
+    assert "needs output" in capsys.readouterr().err
+    code = cli_main(["batch", pattern, "--format", "icechunk", "-o", str(repo), "--workers", "0", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and "notes.h5" in err and "3 indexed" in err and "committed" in err
+    for path in files.values():
+        assert_reads_like_h5py(refindex.open(repo, group="/" + str(path.relative_to(tmp_path / "in")).replace(
+            " ", "_")), path)
+    code = cli_main(["batch", pattern, "--format", "icechunk", "-o", str(repo), "--workers", "0", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and "3 up to date" in err and "nothing committed" in err
+
+
+def test_batch_check_reads_each_group_back_from_the_branch(tmp_path):
+    from refindex.batch import run_batch
+
+    files = _batch_inputs(tmp_path / "in")
+    repo = tmp_path / "repo"
+    refindex.scan_to_icechunk(files["a"], repo, group="model")
+    template = refindex.object_model(IcechunkIndex(str(repo), group="model"), depth=1)
+    report = run_batch([str(p) for p in files.values()], output=repo, format="icechunk", workers=0,
+                       progress=False, check=template)
+    assert report.ok and all(r.check == {"ok": True, "differences": []} for r in report.results)
+    template["members"]["required_too"] = copy.deepcopy(template["members"]["x"])
+    again = run_batch([str(p) for p in files.values()], output=repo, format="icechunk", workers=0,
+                      progress=False, check=template)
+    assert len(again.up_to_date) == 3 and len(again.check_failed) == 3 and not again.ok
+    assert all("required_too" in json.dumps(r.check) for r in again.check_failed)

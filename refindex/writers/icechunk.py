@@ -294,28 +294,45 @@ def document_bytes(doc: dict[str, Any], where: str) -> bytes:
         raise RefindexError(f"a document Icechunk cannot hold (NaN or infinity): {e}", path="/" + where) from e
 
 
-def write_tree(store: Any, tree: Tree, group: str) -> dict[str, int]:
+def missing_parents(store: Any, group: str) -> list[tuple[str, bytes]]:
+    """The documents of the parent groups of ``group`` the store lacks (empty groups)."""
+    from zarr.core.sync import sync
+
+    parts = group.strip("/").split("/") if group.strip("/") else []
+    items = []
+    for i in range(len(parts)):
+        key = join(*parts[:i], "zarr.json")
+        if not sync(store.exists(key)):
+            items.append((key, document_bytes(v3.group_document({}), key)))
+    return items
+
+
+def write_parents(store: Any, group: str) -> None:
+    """Create the parent groups of ``group`` the store lacks."""
+    write_native(store, missing_parents(store, group))
+
+
+def write_tree(store: Any, tree: Tree, group: str, *, parents: bool = True) -> dict[str, int]:
     """Write the v3 index of ``tree`` under ``group`` of a writable session's store; counts.
 
     Whatever the group held is replaced whole (a re-scan never merges with an old one);
-    parent groups the repository lacks are created empty.
+    parent groups the repository lacks are created empty (``parents=False``: left to the
+    caller, as a batch does for sessions it merges: two forks creating one parent conflict).
+    Every document is serialised before the store is touched, so a document Icechunk cannot
+    hold fails with nothing written.
     """
     from zarr.core.sync import sync
 
     h = v3.hierarchy(tree)
     base = group.strip("/")
+    documents = [(join(base, path, "zarr.json"), document_bytes(doc, join(base, path)))
+                 for path, doc in h.documents.items()]
     if base and sync(store.exists(join(base, "zarr.json"))):
         sync(store.delete_dir(base))
     elif not base and sync(store.exists("zarr.json")):
         sync(store.delete_dir(""))
-    items: list[tuple[str, bytes]] = []
-    parts = base.split("/") if base else []
-    for i in range(len(parts)):
-        key = join(*parts[:i], "zarr.json")
-        if not sync(store.exists(key)):
-            items.append((key, document_bytes(v3.group_document({}), key)))
-    for path, doc in h.documents.items():
-        items.append((join(base, path, "zarr.json"), document_bytes(doc, join(base, path))))
+    items: list[tuple[str, bytes]] = missing_parents(store, base) if parents else []
+    items += documents
     write_native(store, items)  # every node first: a chunk is refused for a node not created yet
     chunks = [(join(base, path, key), data) for path, arr in h.arrays.items() for key, data in arr.inline.items()]
     write_native(store, chunks)
@@ -345,12 +362,13 @@ def commit_message(records: dict[str, dict[str, Any]], version: str) -> str:
     return f"refindex {version}: index {head}" + ("" if len(said) == 1 else "\n" + "\n".join(said))
 
 
-def commit(session: Any, records: dict[str, dict[str, Any]], version: str, repo: str) -> str:
-    """Commit the session with every group's record in its metadata; a conflict the rebase cannot
-    solve raises :class:`Conflict` (nothing committed)."""
+def commit(session: Any, records: dict[str, dict[str, Any]], version: str, repo: str,
+           extra: dict[str, Any] | None = None) -> str:
+    """Commit the session with every group's record in its metadata (and ``extra`` beside them);
+    a conflict the rebase cannot solve raises :class:`Conflict` (nothing committed)."""
     import icechunk as ic
 
-    metadata = {"refindex": {"refindex_version": version, "groups": records}}
+    metadata = {"refindex": {"refindex_version": version, **(extra or {}), "groups": records}}
     try:
         return session.commit(commit_message(records, version), metadata=metadata,
                               rebase_with=ic.ConflictDetector())
@@ -396,3 +414,26 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
     return {"format": FORMAT, "zarr_format": v3.ZARR_FORMAT, "snapshot": snapshot, "branch": target.branch,
             "repository": target.repo, "group": group, "containers": records[group]["containers"],
             "skipped": list(tree.skipped), "source": dict(records[group].get("source") or {}), **counts}
+
+
+def latest_records(repo: Any, branch: str) -> dict[str, dict[str, Any]]:
+    """The record of every group the tip of ``branch`` holds, from the newest commit that wrote it.
+
+    A group counts only while it still exists at the tip and no newer commit replaced a group
+    above it (a scan into ``/a`` replaces everything under ``/a``).  {} for a missing branch.
+    """
+    from zarr.core.sync import sync
+
+    if branch not in repo.list_branches():
+        return {}
+    store = repo.readonly_session(branch=branch).store
+    out: dict[str, dict[str, Any]] = {}
+    replaced: set[str] = set()  # groups a newer commit wrote: what lies under them is that commit's
+    for info in repo.ancestry(branch=branch):
+        groups = ((info.metadata or {}).get("refindex") or {}).get("groups") or {}
+        for group, record in groups.items():
+            under = any(group == r or group.startswith(r.rstrip("/") + "/") for r in replaced)
+            if not under and isinstance(record, dict):
+                out[group] = record
+        replaced.update(groups)
+    return {g: r for g, r in out.items() if sync(store.exists(join(g, "zarr.json")))}
