@@ -11,7 +11,7 @@ from .options import ScanKeywords, ScanOptions, options_from
 from .pipeline import WriteSummary, __version__
 from .progress import Progress
 
-__all__ = ["__version__", "scan", "scan_to_file", "scan_to_parquet"]
+__all__ = ["__version__", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet"]
 
 
 def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats: dict[str, Any] | None = None,
@@ -72,3 +72,32 @@ def scan_to_parquet(source: str | os.PathLike, output: str | os.PathLike, *, rec
     """
     return pipeline.write_index(source, output, options_from(options, keywords), format="parquet",
                                 record_size=record_size, stats=stats, progress=progress)
+
+
+def scan_to_icechunk(source: str | os.PathLike, repository: str | os.PathLike, *, group: str = "",
+                     branch: str = "main", repository_options: dict[str, Any] | None = None,
+                     options: ScanOptions | None = None, stats: dict[str, Any] | None = None,
+                     progress: bool | Progress = False, **keywords: Unpack[ScanKeywords]) -> WriteSummary:
+    """Scan ``source`` into an Icechunk repository (a local folder or ``s3://bucket/prefix``) and commit once.
+
+    The repository is created if missing and declares a virtual chunk container for every
+    URL prefix the chunks are read from (the source's folder, bucket or host); readers
+    authorize exactly those.  The index is the zarr v3 one (hdmf-zarr's convention for NWB
+    files) placed at ``group`` ("" : the root; an earlier index there is replaced) on
+    ``branch`` (created from main when missing); chunks are virtual references, inline data
+    native chunks.  The commit's message names the source, its size/etag/mtime and
+    refindex's version; its metadata holds the provenance.  A scan or write that fails
+    commits nothing.  ``repository_options``: s3fs-style options for the repository
+    (default: ``storage_options``, which reach the source).  An attribute holding NaN or an
+    infinity (Icechunk stores strict JSON) fails naming it, or with
+    ``on_unsupported="skip"`` is left out and listed in ``skipped``.
+    Returns a summary: ``snapshot``, ``group``, ``containers``, counts, ``skipped``.
+    """
+    from .writers.icechunk import IcechunkTarget
+
+    opts = options_from(options, keywords)
+    target = IcechunkTarget(os.fspath(repository), branch=branch, group=group,
+                            storage_options=dict(opts.storage_options if repository_options is None
+                                                 else repository_options),
+                            source_options=dict(opts.storage_options))
+    return pipeline.write_icechunk_index(source, target, opts, stats=stats, progress=progress)

@@ -65,8 +65,13 @@ def add_scan(sub: Any) -> None:
     s.add_argument("--stats", action="store_true", help="print requests, bytes fetched and timings as JSON")
     s.add_argument("--no-progress", action="store_true",
                    help="no progress bar (one is drawn on stderr when it is a terminal)")
-    s.add_argument("--format", choices=["json", "parquet"], default="json",
-                   help="json: one RFS JSON file; parquet: a folder in fsspec's LazyReferenceMapper layout")
+    s.add_argument("--format", choices=["json", "parquet", "icechunk"], default="json",
+                   help="json: one RFS JSON file; parquet: a folder in fsspec's LazyReferenceMapper layout; "
+                        "icechunk: commit into the Icechunk repository -o (a folder or s3://bucket/prefix; zarr v3)")
+    s.add_argument("--group", default="", help="--format icechunk: the group the file goes to (default: the root)")
+    s.add_argument("--branch", default="main", help="--format icechunk: the branch committed to (default main)")
+    s.add_argument("--repository-options", type=_json_arg,
+                   help="--format icechunk: s3fs-style options for the repository (default: --storage-options)")
     s.add_argument("--record-size", type=int, help="references per parquet file (--format parquet; default 100000)")
     s.add_argument("--zarr-format", type=int, choices=[2, 3], default=2,
                    help="2: .zarray/.zgroup metadata (default); 3: zarr.json documents, chunk keys c/i/j")
@@ -112,9 +117,22 @@ def cmd_scan(args: argparse.Namespace) -> int:
     out = args.output or _default_output(args.source, args.format)
     job = {"source": args.source, "output": out, "options": scan_options(args), "format": args.format,
            "record_size": args.record_size, "progress": not args.no_progress and sys.stderr.isatty()}
-    summary, stats = isolated(scan_job, job, args, out, quiet=not job["progress"]) if args.isolate else scan_job(**job)
+    if args.format == "icechunk":
+        if not args.output:
+            raise RefindexError("--format icechunk needs -o REPOSITORY (a folder or s3://bucket/prefix)")
+        job = {"source": args.source, "target": icechunk_target(args), "options": job["options"],
+               "progress": job["progress"]}
+        runner = icechunk_job
+    else:
+        runner = scan_job
+    summary, stats = isolated(runner, job, args, None if args.format == "icechunk" else out,
+                              quiet=not job["progress"]) if args.isolate else runner(**job)
     elapsed = time.perf_counter() - t0
-    if args.format == "parquet":
+    if args.format == "icechunk":
+        print(f"committed {summary['snapshot']} to {out} (branch {summary['branch']}, group {summary['group']}): "
+              f"{summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline; containers "
+              f"{', '.join(summary['containers']) or 'none'} in {elapsed:.2f} s", file=sys.stderr)
+    elif args.format == "parquet":
         print(f"wrote {out}: {summary['chunks_referenced']} chunks referenced, {summary['inline_chunks']} inline, "
               f"{summary['records']} record files, {summary['bytes']} bytes in {elapsed:.2f} s", file=sys.stderr)
     else:
@@ -135,6 +153,24 @@ def scan_job(source: str, output: str, options: Any, format: str, record_size: i
     stats: dict[str, Any] = {}
     summary = write_index(source, output, options, format=format, record_size=record_size, stats=stats,
                           progress=progress)
+    return dict(summary), stats
+
+
+def icechunk_target(args: argparse.Namespace) -> Any:
+    """Where ``refindex scan --format icechunk`` commits."""
+    from .writers.icechunk import IcechunkTarget
+
+    repo_options = args.repository_options if args.repository_options is not None else args.storage_options
+    return IcechunkTarget(args.output, branch=args.branch, group=args.group, storage_options=repo_options,
+                          source_options=args.storage_options)
+
+
+def icechunk_job(source: str, target: Any, options: Any, progress: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``refindex scan --format icechunk``'s work: one commit; its summary and stats."""
+    from .pipeline import write_icechunk_index
+
+    stats: dict[str, Any] = {}
+    summary = write_icechunk_index(source, target, options, stats=stats, progress=progress)
     return dict(summary), stats
 
 
@@ -180,8 +216,27 @@ def add_verify(sub: Any) -> None:
     v.add_argument("--no-check-source", action="store_true",
                    help="compare even if the source changed since it was indexed")
     add_url_policy(v)
+    add_repository_selection(v)
     add_isolation(v, "read the file")
     v.set_defaults(func=cmd_verify)
+
+
+def add_repository_selection(p: Any) -> None:
+    """``--group``/``--branch``/``--snapshot``: which index of an Icechunk repository is meant."""
+    p.add_argument("--group", help="Icechunk repository: the file's group (default: the root)")
+    p.add_argument("--branch", help="Icechunk repository: the branch read (default main)")
+    p.add_argument("--snapshot", help="Icechunk repository: the snapshot id read (instead of a branch)")
+
+
+def index_argument(args: argparse.Namespace, target: str) -> Any:
+    """The index a read command names: an IcechunkIndex when a repository selection is given, else
+    ``target`` as it is (an Icechunk repository is still recognised, at its root on main)."""
+    if args.group is None and args.branch is None and args.snapshot is None:
+        return target
+    from .read import icechunk_index
+
+    return icechunk_index(target, storage_options=args.storage_options, group=args.group, branch=args.branch,
+                          snapshot=args.snapshot)
 
 
 def add_url_policy(p: Any) -> None:
@@ -200,7 +255,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def verify_body(args: argparse.Namespace) -> int:
     from .read import verify
 
-    report = verify(args.source, args.refs, storage_options=args.storage_options,
+    report = verify(args.source, index_argument(args, args.refs), storage_options=args.storage_options,
                     check_source=not args.no_check_source, allowed_urls=args.allow_url, trust=args.trust)
     for r in report.results:
         if r.status != "exact" or args.verbose:
@@ -213,6 +268,7 @@ def add_info(sub: Any) -> None:
     i = sub.add_parser("info", help="summarise an index (or an HDF5 file's index, made on the fly)")
     i.add_argument("refs")
     i.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
+    add_repository_selection(i)
     add_isolation(i, "read the input")
     i.set_defaults(func=cmd_info)
 
@@ -224,7 +280,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def info_body(args: argparse.Namespace) -> int:
     from .read import info
 
-    summary = info(args.refs, storage_options=args.storage_options)
+    summary = info(index_argument(args, args.refs), storage_options=args.storage_options)
     print(json.dumps(summary, indent=2))
     if summary["needs_refindex"]:
         print(f"refindex: warning: arrays in this index use refindex's own codecs "
@@ -243,6 +299,7 @@ def add_schema(sub: Any) -> None:
                    help="compare with a ZOM template instead; exit 1 on any difference (rules: refindex.read)")
     z.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON for reading the input")
     z.add_argument("--convention", choices=CONVENTIONS, default="auto", help="when scanning an HDF5 file")
+    add_repository_selection(z)
     add_isolation(z, "read the input")
     z.set_defaults(func=cmd_schema)
 
@@ -255,12 +312,13 @@ def schema_body(args: argparse.Namespace) -> int:
     from .read import check, object_model, zom_json
 
     if args.check:
-        report = check(args.check, args.source, storage_options=args.storage_options, convention=args.convention)
+        report = check(args.check, index_argument(args, args.source), storage_options=args.storage_options,
+                       convention=args.convention)
         for path, message in report.differences:
             print(f"{path}: {message}")
         print(report.summary(), file=sys.stderr)
         return EXIT_OK if report.ok else EXIT_DIFFERENT
-    model = object_model(args.source, members_only=args.members_only, depth=args.depth,
+    model = object_model(index_argument(args, args.source), members_only=args.members_only, depth=args.depth,
                          storage_options=args.storage_options, convention=args.convention)
     print(zom_json(model))
     return EXIT_OK
@@ -298,7 +356,12 @@ def add_batch(sub: Any) -> None:
                    "(default: beside each input)")
     b.add_argument("--manifest", help="manifest path (.jsonl or .parquet; default: refindex-manifest.jsonl in "
                    "the output or the inputs' common folder)")
-    b.add_argument("--format", choices=["json", "parquet"], default="json")
+    b.add_argument("--format", choices=["json", "parquet", "icechunk"], default="json",
+                   help="icechunk: every file into the Icechunk repository -o (folder or s3://bucket/prefix), "
+                   "one group per file, one commit")
+    b.add_argument("--branch", default="main", help="--format icechunk: the branch committed to (default main)")
+    b.add_argument("--repository-options", type=_json_arg,
+                   help="--format icechunk: s3fs-style options for the repository (default: --storage-options)")
     b.add_argument("--record-size", type=int, help="references per parquet file (--format parquet)")
     b.add_argument("--zarr-format", type=int, choices=[2, 3], default=2, help="zarr format of the indexes (see scan)")
     b.add_argument("--workers", type=int, help="local worker processes (default: cores; 0: in this process)")
@@ -331,7 +394,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
                        concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
-                       on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format)
+                       on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format,
+                       branch=args.branch, repository_options=args.repository_options)
     for r in report.failed:
         print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
     for r in report.check_failed:
@@ -340,6 +404,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print(report.summary(), file=sys.stderr)
     if report.combined:
         print(f"combined index: {report.combined}", file=sys.stderr)
+    if args.format == "icechunk":
+        extra = report.extra
+        said = f"committed {extra['snapshot']}" if extra.get("snapshot") else "nothing committed"
+        print(f"{said} to {extra['repository']} (branch {extra['branch']}); containers "
+              f"{', '.join(extra.get('containers') or []) or 'none'}", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_DIFFERENT
 
 

@@ -199,6 +199,35 @@ V2_KEYS = KeyEncoding("", ".", "0")
 V3_KEYS = KeyEncoding("c/", "/", "c")
 
 
+def inline_rows(coords: np.ndarray, model_keys: Any) -> np.ndarray:
+    """Which rows of an (n, ndim) chunk coordinate table name a chunk that also has an inline entry
+    under one of ``model_keys`` (model keys: ``"i.j"``, ``"0"`` for a 0-d array), as a boolean mask.
+
+    Column-wise (one linear index per row, one ``isin``): no key text per chunk, which is what a
+    writer pays otherwise on every array holding both referenced and inline chunks.
+    """
+    n, ndim = coords.shape
+    keys = list(model_keys)
+    if not n or not keys:
+        return np.zeros(n, bool)
+    if ndim == 0:
+        return np.full(n, "0" in keys)
+    try:
+        inl = np.array([[int(p) for p in k.split(".")] for k in keys], dtype=np.int64)
+    except (ValueError, OverflowError):  # not numbers, ragged, or beyond int64: compared as text below
+        inl = np.zeros((0, ndim), np.int64)
+    table = coords.astype(np.int64, copy=False)
+    if inl.shape != (len(keys), ndim) or (inl < 0).any() or (table < 0).any():  # not grid keys: compare text
+        wanted = set(keys)
+        return np.fromiter((k in wanted for k in V2_KEYS.keys(coords)), dtype=bool, count=n)
+    dims = np.maximum(table.max(axis=0), inl.max(axis=0)) + 1
+    if float(np.prod(dims.astype(np.float64))) >= 2.0**62:  # a linear index would overflow
+        wanted = {tuple(r) for r in inl.tolist()}
+        return np.fromiter((tuple(r) in wanted for r in table.tolist()), dtype=bool, count=n)
+    linear = np.ravel_multi_index(tuple(table.T), tuple(int(d) for d in dims))
+    return np.isin(linear, np.ravel_multi_index(tuple(inl.T), tuple(int(d) for d in dims)))
+
+
 class RefsDocument(TypedDict, total=False):
     """A ReferenceFileSystem (version 1) as refindex writes it."""
 

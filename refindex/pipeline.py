@@ -8,7 +8,7 @@ command line, batch tasks and worker processes all come through here with one
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
 from . import codecs, conventions, safety, urls, writers
@@ -20,8 +20,8 @@ from .scanner import ScanContext, scan_file
 from .source import open_source
 
 from . import __version__  # one version for the package
-Format = Literal["json", "parquet"]
-FORMATS = ("json", "parquet")
+Format = Literal["json", "parquet", "icechunk"]
+FORMATS = ("json", "parquet")  # files and folders written by write_index; "icechunk": write_icechunk_index
 
 
 class WriteSummary(TypedDict, total=False):
@@ -38,6 +38,12 @@ class WriteSummary(TypedDict, total=False):
     arrays: int
     source: dict[str, Any]  # what the index records of its source: url, size, etag/mtime
     refs: RefsDocument
+    # Icechunk: the commit, where it went, and the virtual chunk containers it reads through
+    snapshot: str
+    repository: str
+    branch: str
+    group: str
+    containers: list[str]
 
 
 # ---------------------------------------------------------------------- scanning
@@ -297,3 +303,58 @@ def write_external(refs: RefsDocument, output: str | os.PathLike) -> None:
             entry["index"] = name  # relative to the folder of the index that names it
 
     walk(refs)
+
+
+# ---------------------------------------------------------------------- Icechunk
+def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
+                  progress: Progress | bool | None = None) -> Tree:
+    """The Tree an Icechunk repository receives: scanned as for a zarr v3 index (in a worker process
+    with ``options.isolate``), its attributes strict JSON, through the safety gate."""
+    if options.follow_external:
+        raise RefindexError("follow_external is not supported with Icechunk output (index the linked files "
+                            "into groups of their own)", file=os.fspath(source))
+    options = options.but(zarr_format=3)
+    if options.isolate:
+        from .isolate import DEFAULT_TIMEOUT, Worker
+
+        with Worker() as worker:
+            tree, job_stats = worker.run(icechunk_tree_job, {"source": os.fspath(source), "options": options},
+                                         timeout=options.timeout or DEFAULT_TIMEOUT)
+        if stats is not None:
+            stats.update(job_stats)
+        return tree
+    tree = scan_tree(source, options, stats=stats, progress=progress)
+    check_strict_attributes(tree, options, tree.url)
+    safety.check_publishable(writers.v3.head_refs(tree), options.storage_options, file=tree.url)
+    return tree
+
+
+def icechunk_tree_job(source: str, options: ScanOptions) -> tuple[Tree, dict[str, Any]]:
+    """:func:`icechunk_tree` as a worker job: the Tree and the scan's stats."""
+    stats: dict[str, Any] = {}
+    return icechunk_tree(source, options.but(isolate=False), stats=stats), stats
+
+
+def check_strict_attributes(tree: Tree, options: ScanOptions, file: str) -> None:
+    """Icechunk holds strict JSON only: an attribute with NaN or an infinity fails naming the node and
+    the attribute, or (``on_unsupported="skip"``) is left out and recorded in ``skipped``."""
+    nodes = [(p, g.attrs) for p, g in tree.groups.items()] + [(p, a.attrs) for p, a in tree.arrays.items()]
+    for path, attrs in nodes:
+        for name in writers.icechunk.non_finite_attributes({"attributes": attrs}):
+            reason = (f"attribute {name!r} holds NaN or an infinity, which an Icechunk repository cannot store "
+                      "(its metadata is strict JSON)")
+            if options.on_unsupported != "skip":
+                raise UnsupportedError(reason, file=file, path=path)
+            attrs.pop(name)
+            tree.skipped.append({"path": path, "attribute": name, "reason": reason})
+
+
+def write_icechunk_index(source: str | os.PathLike, target: "writers.icechunk.IcechunkTarget", options: ScanOptions,
+                         *, stats: dict[str, Any] | None = None,
+                         progress: Progress | bool | None = None) -> WriteSummary:
+    """Scan ``source`` and commit its index into the Icechunk repository ``target`` (one commit;
+    a failed scan or write commits nothing).  The sources are read with ``options.storage_options``."""
+    tree = icechunk_tree(source, options, stats=stats, progress=progress)
+    if target.source_options is None:
+        target = replace(target, source_options=dict(options.storage_options))
+    return WriteSummary(**writers.icechunk.write_icechunk(tree, target, version=__version__))

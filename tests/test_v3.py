@@ -708,6 +708,60 @@ def test_hdmf_region_references_keep_refindex_extension(tmp_path):
     assert refindex.verify(str(path), refs).ok
 
 
+def _vlen_regref_file(path: Path) -> None:
+    """A dataset carrying an attribute h5py cannot read safely (a variable-length sequence of region
+    references, as h5repack_attr_refs.h5 in the corpus has) beside ordinary attributes."""
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("g/dset_main", data=np.arange(12, dtype="i4").reshape(3, 4))
+        d.attrs["kept"] = 3
+        f.attrs["root_kept"] = "x"
+        tid = h5py.h5t.vlen_create(h5py.h5t.STD_REF_DSETREG)
+        h5py.h5a.create(d.id, b"Vlen_REGREF", tid, h5py.h5s.create_simple((2,)))
+
+
+@pytest.mark.parametrize("convention", ["plain", "hdmf"])
+def test_unreadable_attribute_fails_or_is_recorded_in_v3_exactly_as_in_v2(tmp_path, convention):
+    """An attribute h5py cannot read is never dropped silently from a v3 index: the default fails the
+    scan with the v2 error (file, dataset, attribute, reason); ``on_unsupported="skip"`` leaves it out
+    and records the same ``skipped`` entry as v2, in both trees of one scan, in the v3 JSON index and
+    in the v3 parquet index."""
+    path = tmp_path / "vlen_regref.h5"
+    _vlen_regref_file(path)
+    errors = {}
+    for fmt in (2, 3):
+        with pytest.raises(refindex.UnsupportedError) as err:
+            refindex.scan(str(path), zarr_format=fmt, convention=convention)
+        errors[fmt] = (str(err.value), err.value.path)
+    with pytest.raises(refindex.UnsupportedError) as err:
+        refindex.scan_to_file(str(path), tmp_path / "v3.parq", format="parquet", zarr_format=3,
+                              convention=convention)
+    errors["parquet3"] = (str(err.value), err.value.path)
+    assert errors[2] == errors[3] == errors["parquet3"], errors
+    assert errors[3][1] == "/g/dset_main"
+    assert str(path) in errors[3][0] and "'Vlen_REGREF'" in errors[3][0] and "region references" in errors[3][0]
+    assert not (tmp_path / "v3.parq").exists()
+    # skip: one scan, two trees, the same record
+    expected = [{"path": "/g/dset_main", "attribute": "Vlen_REGREF",
+                 "reason": "attribute 'Vlen_REGREF' cannot be read by h5py: region references inside "
+                           "variable-length data (h5py cannot read them safely)"}]
+    opts = ScanOptions(on_unsupported="skip", convention=convention)
+    scanned = pipeline.scan_source(str(path), opts)
+    t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
+    t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
+    assert t2.skipped == t3.skipped == expected
+    r2, r3 = both(path, on_unsupported="skip", convention=convention)
+    assert r2["refindex"]["skipped"] == r3["refindex"]["skipped"] == expected
+    a3 = attrs(r3, "g/dset_main")
+    assert "Vlen_REGREF" not in a3 and not any("Vlen_REGREF" in json.dumps(v) for v in r3["refs"].values()
+                                                if isinstance(v, str))
+    assert a3["kept"] == 3 and attrs(r3, "")["root_kept"] == "x"
+    np.testing.assert_array_equal(values(open3(r3)["g/dset_main"]), np.arange(12).reshape(3, 4))
+    summary = refindex.scan_to_file(str(path), tmp_path / "v3.parq", format="parquet", zarr_format=3,
+                                    on_unsupported="skip", convention=convention)
+    assert summary["skipped"] == expected
+    assert refindex.info(tmp_path / "v3.parq")["skipped"] == expected
+
+
 # ---------------------------------------------------------------- writing and reading v3 indexes
 
 

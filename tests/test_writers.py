@@ -166,3 +166,42 @@ def test_format_rows_equals_percent_formatting(dtype):
     assert writers.format_rows([b"<", edge, b">"]) == b"".join(b"<%d>" % v for v in edge.tolist())
     with pytest.raises(ValueError, match="negative"):
         writers.format_rows([b"<", np.array([3, -1]), b">"])
+
+
+def test_inline_rows_matches_comparing_keys_as_text():
+    """The column-wise overlap of a chunk table with inline chunks (what the JSON writers and the v3
+    hierarchy use) equals comparing key text, including its fallbacks (odd keys, huge grids, 0-d)."""
+    from refindex.model import V2_KEYS, inline_rows
+
+    def by_text(coords, keys):
+        wanted = set(keys)
+        return np.array([k in wanted for k in V2_KEYS.keys(coords)], dtype=bool)
+
+    rng = np.random.default_rng(3)
+    for ndim in (1, 2, 3):
+        coords = rng.integers(0, 40, size=(5000, ndim)).astype(np.int64)
+        keys = V2_KEYS.keys(coords[rng.integers(0, 5000, 30)]) + V2_KEYS.keys(rng.integers(0, 60, (30, ndim)))
+        for k in (keys, keys[:1], [], keys + ["x.y"[: 2 * ndim - 1]], keys + ["7"] * (ndim > 1)):
+            np.testing.assert_array_equal(inline_rows(coords, k), by_text(coords, k))
+    huge = np.array([[2**40, 3], [5, 2**40], [1, 1]], dtype=np.int64)  # a linear index would overflow
+    np.testing.assert_array_equal(inline_rows(huge, ["5.1099511627776", "1.1"]), [False, True, True])
+    unsigned = np.array([[2**63 + 1], [4]], dtype=np.uint64)
+    np.testing.assert_array_equal(inline_rows(unsigned, [str(2**63 + 1)]), [True, False])
+    assert inline_rows(np.zeros((1, 0), np.int64), ["0"]).tolist() == [True]
+    assert inline_rows(np.zeros((0, 2), np.int64), ["0.0"]).tolist() == []
+
+
+def test_writing_parquet_imports_no_pandas(tmp_path):
+    """pyarrow's ``pa.array`` imports pandas (~0.45 s) on first use; the parquet writers build their
+    columns from numpy buffers instead, so a parquet index costs no pandas import (v2 and v3)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "m.h5"
+    _build(src)
+    code = ("import sys, refindex\n"
+            f"refindex.scan_to_file({str(src)!r}, {str(tmp_path / 'v2.parq')!r}, format='parquet')\n"
+            f"refindex.scan_to_file({str(src)!r}, {str(tmp_path / 'v3.parq')!r}, format='parquet', zarr_format=3)\n"
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -18,6 +18,8 @@ Outputs
     temporary name and renamed; objects are written with a single PUT (object stores
     never show half an object); a remote parquet folder gets its record files first and
     its ``.zmetadata`` last, so readers never see a half-written index.
+    ``format="icechunk"``: one Icechunk repository (``output``), one group per input, one
+    commit at the end (:mod:`refindex.batch._icechunk`).
 
 Manifest
     ``refindex-manifest.jsonl`` in ``output`` (default: the inputs' common folder), or
@@ -75,7 +77,9 @@ from typing import Any, Unpack
 from .. import urls
 from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
+from ..writers.icechunk import IcechunkTarget
 from ._combine import combine_indexes
+from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location
 from ._manifest import current_infos, options_fingerprint, plan, read_manifest, write_manifest
 from ._results import BatchReport, FileResult
@@ -104,6 +108,8 @@ def run_batch(
     identical_dims: Sequence[str] = (),
     check: Any = None,
     record_size: int | None = None,
+    branch: str = "main",
+    repository_options: dict[str, Any] | None = None,
     options: ScanOptions | None = None,
     **keywords: Unpack[ScanKeywords],
 ) -> BatchReport:
@@ -117,14 +123,20 @@ def run_batch(
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see README).
     Returns a :class:`BatchReport`; failures are in it, never raised.
     """
-    if format not in SUFFIX:
-        raise RefindexError(f"unknown format {format!r} (json or parquet)")
+    if format not in (*SUFFIX, "icechunk"):
+        raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
     scan_options = options_from(options, keywords).but(storage_options=dict(storage_options or {}))
     for bad in ("url", "follow_external"):
         if getattr(scan_options, bad):
             raise RefindexError(f"{bad} is not supported by batch indexing")
+    if format == "icechunk":
+        target = _icechunk_target(output, combine, branch, repository_options, storage_options)
+        return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
+                                  force=force, progress=progress, manifest=manifest, timeout=timeout,
+                                  isolate=isolate, check=check)
     if combine is not None and format != "json":
         raise RefindexError("--combine needs JSON indexes (format='json')")
     if combine is not None and scan_options.zarr_format != 2:
@@ -147,14 +159,7 @@ def run_batch(
     collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
                          _progress(len(tasks), len(sources) - len(tasks), progress))
     try:
-        if not tasks:
-            pass
-        elif dask is not None:
-            run_dask(tasks, dask, n_workers or 1, collect)
-        elif n_workers <= 0:
-            run_inline(tasks, collect)
-        else:
-            run_local(tasks, min(n_workers, len(tasks)), timeout, collect)
+        _run(tasks, dask, n_workers, timeout, collect)
     finally:
         collect.close()
         # Also on interruption: what finished is recorded (unfinished inputs are simply absent).
@@ -165,6 +170,105 @@ def run_batch(
         report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
                                           storage_options=storage_options, timeout=timeout)
     return report
+
+
+def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, collect: Any) -> None:
+    if not tasks:
+        return
+    if dask is not None:
+        run_dask(tasks, dask, n_workers or 1, collect)
+    elif n_workers <= 0:
+        run_inline(tasks, collect)
+    else:
+        run_local(tasks, min(n_workers, len(tasks)), timeout, collect)
+
+
+def _icechunk_target(output: Any, combine: Any, branch: str, repository_options: dict[str, Any] | None,
+                     storage_options: dict[str, Any] | None) -> IcechunkTarget:
+    """Where an Icechunk batch commits; what cannot go with it refused."""
+    if output is None:
+        raise RefindexError("format='icechunk' needs output= (the repository: a folder or s3://bucket/prefix)")
+    if combine is not None:
+        raise RefindexError("--combine merges JSON indexes with kerchunk; with --format icechunk the files "
+                            "already share one repository (one group each): leave --combine out")
+    return IcechunkTarget(urls.normalise(os.fspath(output)), branch=branch,
+                          storage_options=repository_options or storage_options,
+                          source_options=dict(storage_options or {}))
+
+
+def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOptions, *, workers: int | None,
+                       dask: Any, force: bool, progress: bool, manifest: str | os.PathLike | None,
+                       timeout: float | None, isolate: bool, check: Any) -> BatchReport:
+    """:func:`run_batch` into one Icechunk repository: workers scan, this process writes and commits once."""
+    from .. import __version__
+
+    t0 = time.perf_counter()
+    sources, known = expand_inputs(inputs, target.source_options)
+    if not sources:
+        raise RefindexError("no input files (nothing matched)")
+    try:
+        root: str | None = common_root(sources)
+    except RefindexError:  # local and remote inputs: groups named by their whole paths
+        root = None
+    manifest_url = urls.normalise(os.fspath(manifest)) if manifest is not None else icechunk_manifest(target.repo)
+    fingerprint = options_fingerprint("icechunk", scan_options, None)
+    template = _template(check)
+    infos = current_infos(sources, known, target.source_options)
+    ice = IcechunkBatch(target, __version__)
+    ice.open(sources)
+    groups = assign_groups(sources, root, ice.records)
+    rows, jobs = plan_groups(sources, infos, ice.records, groups, target.repo, fingerprint, force)
+    n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
+    isolated = isolate and (dask is not None or n_workers <= 0)
+    tasks = [Task(src, target.repo, "icechunk", scan_options, None, fingerprint, isolated, timeout, group=group)
+             for _, src, group in jobs]
+    collect = _Collector(rows, {src: i for i, src, _ in jobs}, None, target.source_options,
+                         _progress(len(tasks), len(sources) - len(tasks), progress), take=ice.take)
+    try:
+        _run(tasks, dask, n_workers, timeout, collect)
+        ice.commit()
+    except BaseException as e:
+        not_committed(rows, e)
+        raise
+    finally:
+        collect.close()
+        write_manifest([r.as_dict() for r in rows if r is not None], manifest_url, target.storage_options)
+    report = BatchReport(results=[r for r in rows if r is not None], manifest=manifest_url,
+                         seconds=time.perf_counter() - t0,
+                         extra={"repository": target.repo, "branch": target.branch, "snapshot": ice.snapshot,
+                                "containers": writer_containers(ice)})
+    if template is not None:
+        check_groups(report.results, template, target)
+    return report
+
+
+def icechunk_manifest(repo: str) -> str:
+    """An Icechunk batch's manifest: beside the repository (its folder holds Icechunk's files only)."""
+    name = MANIFEST_NAME.replace(".jsonl", "-" + (repo.rstrip("/").rsplit("/", 1)[-1] or "repository") + ".jsonl")
+    head = repo.rstrip("/").rsplit("/", 1)[0]
+    return os.path.join(head, name) if urls.is_local(repo) else head + "/" + name
+
+
+def writer_containers(ice: IcechunkBatch) -> list[str]:
+    """The container prefixes the repository declares (what a reader authorizes)."""
+    from ..writers.icechunk import declared_containers
+
+    return declared_containers(ice.repo.config) if ice.repo is not None else []
+
+
+def check_groups(results: list[FileResult], template: Any, target: IcechunkTarget) -> None:
+    """Each committed (or up-to-date) group checked against the template, read back from the branch."""
+    from ..read import IcechunkIndex, check
+
+    for r in results:
+        if r.status == "failed" or r.group is None:
+            continue
+        index = IcechunkIndex(target.repo, group=r.group, branch=target.branch,
+                              storage_options=target.storage_options, source_options=target.source_options)
+        try:
+            r.check = check(template, index).as_dict()
+        except RefindexError as e:
+            r.check = {"ok": False, "differences": [{"path": "/", "message": " ".join(str(e).split())}]}
 
 
 def _manifest_location(manifest: str | os.PathLike | None, out: str | None, root: str | None) -> str:
@@ -188,9 +292,10 @@ class _Collector:
     """Takes each finished row: checks it against the template, puts it in place, moves the bar."""
 
     def __init__(self, rows: list[FileResult | None], position: dict[str, int], template: Any,
-                 storage_options: dict[str, Any] | None, bar: Any):
+                 storage_options: dict[str, Any] | None, bar: Any, take: Any = None):
         self.rows, self.position, self.template = rows, position, template
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
+        self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
         for r in rows:
             if r is not None:
                 self.check(r)
@@ -206,6 +311,9 @@ class _Collector:
             r.check = {"ok": False, "differences": [{"path": "/", "message": " ".join(str(e).split())}]}
 
     def __call__(self, row: dict[str, Any]) -> None:
+        tree = row.pop("tree", None)
+        if self.take is not None and tree is not None and row["status"] == "indexed":
+            row = self.take(row, tree)
         result = FileResult(**row)
         self.check(result)
         self.rows[self.position[row["source"]]] = result

@@ -10,8 +10,8 @@ from typing import Any, Literal
 from .. import urls
 from ..errors import RefindexError
 
-Format = Literal["json", "parquet"]
-SUFFIX = {"json": ".refs.json", "parquet": ".refs.parq"}
+Format = Literal["json", "parquet", "icechunk"]
+SUFFIX = {"json": ".refs.json", "parquet": ".refs.parq"}  # one index per input; icechunk: one repository
 MANIFEST_NAME = "refindex-manifest.jsonl"
 _GLOB_CHARS = "*?["
 

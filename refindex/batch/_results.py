@@ -13,7 +13,7 @@ class FileResult:
     """One manifest row: what happened to one input."""
 
     source: str
-    index: str
+    index: str  # the index file or folder; the repository for Icechunk (its group in ``group``)
     status: Status
     size: int | None = None
     etag: str | None = None
@@ -28,6 +28,7 @@ class FileResult:
     options: str | None = None
     finished: str | None = None
     check: dict[str, Any] | None = None  # schema check against a template: {"ok", "differences"}
+    group: str | None = None  # Icechunk: the file's group in the repository
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,7 +18,7 @@ from typing import Any
 from .. import urls
 from ..errors import RefindexError
 from ..options import ScanOptions
-from ..pipeline import write_index
+from ..pipeline import icechunk_tree, write_index
 from ..writers import ZMETADATA
 from ._inputs import Format
 from ._manifest import now_text
@@ -37,6 +37,7 @@ class Task:
     fingerprint: str | None = None
     isolate: bool = False  # in a fresh subprocess (crash / hang protection on Dask workers)
     timeout: float | None = None
+    group: str | None = None  # icechunk: the file's group (the coordinator writes it; see _icechunk)
 
 
 def index_one(task: Task) -> dict[str, Any]:
@@ -51,6 +52,8 @@ def index_one(task: Task) -> dict[str, Any]:
                              timeout=task.timeout or DEFAULT_TIMEOUT, label=task.source)
             except RefindexError as e:
                 return failed_row(task, e, time.perf_counter() - t0)
+    if task.format == "icechunk":
+        return _scan_for_icechunk(task, t0)
     try:
         summary = _write(task)
     except Exception as e:  # noqa: BLE001 - one bad file must never stop the batch
@@ -62,6 +65,20 @@ def index_one(task: Task) -> dict[str, Any]:
                       keys=summary.get("keys") if task.format == "json" else None, arrays=summary.get("arrays"),
                       chunks=summary.get("chunks_referenced"), inline_chunks=summary.get("inline_chunks"),
                       index_bytes=summary.get("bytes")).as_dict()
+
+
+def _scan_for_icechunk(task: Task, t0: float) -> dict[str, Any]:
+    """An Icechunk batch's work on a worker: the prepared v3 Tree (under ``"tree"``) beside the row;
+    the coordinator writes it into the repository and completes the row."""
+    try:
+        tree = icechunk_tree(task.source, task.options)
+    except Exception as e:  # noqa: BLE001 - one bad file must never stop the batch
+        return failed_row(task, e, time.perf_counter() - t0)
+    prov = tree.provenance.get("source") or {}
+    return {**FileResult(source=task.source, index=task.index, status="indexed", size=prov.get("size"),
+                         etag=prov.get("etag"), mtime=prov.get("mtime"), seconds=round(time.perf_counter() - t0, 4),
+                         options=task.fingerprint, finished=now_text(), arrays=len(tree.arrays),
+                         group=task.group).as_dict(), "tree": tree}
 
 
 def _write(task: Task) -> dict[str, Any]:
@@ -114,4 +131,4 @@ def failed_row(task: Task, e: BaseException, seconds: float) -> dict[str, Any]:
     else:  # not a RefindexError: a refindex bug or an environment problem, say which
         text = f"internal error: {type(e).__name__}: {' '.join(str(e).split())}"
     return FileResult(source=task.source, index=task.index, status="failed", seconds=round(seconds, 4), error=text,
-                      options=task.fingerprint, finished=now_text()).as_dict()
+                      options=task.fingerprint, finished=now_text(), group=task.group).as_dict()

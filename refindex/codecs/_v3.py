@@ -126,22 +126,25 @@ def codec_names(docs: Iterable[dict[str, Any]]) -> list[str]:
     return sorted(names)
 
 
-_registered = False
+_registered: set[str] = set()
 
 
-def register_v3_codecs() -> None:
+def register_v3_codecs(*, imagecodecs: bool = True) -> None:
     """Make every v3 name refindex writes known to zarr here: imagecodecs' v3 codecs (a reader's
-    ``imagecodecs.zarr.register_codecs()``) and refindex's own (their entry points' job when installed)."""
-    global _registered
-    if _registered:
-        return
-    import imagecodecs.zarr
+    ``imagecodecs.zarr.register_codecs()``) and refindex's own (their entry points' job when installed).
 
-    from .zarr3 import register
+    ``imagecodecs=False``: refindex's own only (importing ``imagecodecs.zarr`` costs ~0.1 s, which
+    the scan-time check skips for arrays that name no imagecodecs codec)."""
+    if "refindex" not in _registered:
+        from .zarr3 import register
 
-    imagecodecs.zarr.register_codecs(verbose=False)
-    register()
-    _registered = True
+        register()
+        _registered.add("refindex")
+    if imagecodecs and "imagecodecs" not in _registered:
+        import imagecodecs.zarr
+
+        imagecodecs.zarr.register_codecs(verbose=False)
+        _registered.add("imagecodecs")
 
 
 _verdicts: dict[str, str | None] = {}
@@ -161,7 +164,11 @@ def zarr_refusal_v3(doc: dict[str, Any]) -> str | None:
         from zarr.codecs.numcodecs import _NumcodecsCodec
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
-        register_v3_codecs()
+        from ._catalog import codec_provider
+
+        # imagecodecs' names (and any name no other provider knows, which it might) need its registration
+        register_v3_codecs(imagecodecs=any(codec_provider(c, 3) not in ("zarr", "numcodecs", "refindex")
+                                           for c in codec_names([doc])))
         ndim = len(doc["shape"])
         probe = dict(doc, shape=[1] * ndim, attributes={},
                      chunk_grid={"name": "regular", "configuration": {"chunk_shape": [1] * ndim}})

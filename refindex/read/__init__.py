@@ -13,6 +13,7 @@ Entries are whole JSON indexes written atomically; deleting the folder is always
 """
 
 from ._consolidated import METADATA_NAMES, consolidation_differences, open_group
+from ._icechunk import IcechunkIndex, icechunk_index, is_repository
 from ._info import info
 from ._load import cache_folder, index_of_file, kind_of, load_index, load_refs, parquet_metadata, zarr_format_of
 from ._nwb import ExternalIndexes, ZarrTree, nwb_io_class, nwb_io_class_v3, open_nwb, serve_from_memory
@@ -24,7 +25,7 @@ from ._store import FetchStats, IndexStore, fsspec_range_reader
 from ._urlpolicy import UrlPolicy
 from ._verify import VerifyReport, verify
 
-__all__ = ["METADATA_NAMES", "CheckReport", "ExternalIndexes", "FetchStats", "IndexStore", "ReadOptions", "UrlPolicy",
-           "VerifyReport", "ZarrTree", "cache_folder", "check", "check_index", "fsspec_range_reader", "check_source", "consolidation_differences", "index_of_file", "index_store",
+__all__ = ["METADATA_NAMES", "CheckReport", "ExternalIndexes", "FetchStats", "IcechunkIndex", "IndexStore", "ReadOptions", "UrlPolicy",
+           "VerifyReport", "ZarrTree", "cache_folder", "check", "check_index", "fsspec_range_reader", "check_source", "icechunk_index", "is_repository", "consolidation_differences", "index_of_file", "index_store",
            "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "zom_json", "nwb_io_class", "nwb_io_class_v3", "object_model", "open",
            "open_group", "open_nwb", "parquet_metadata", "zarr_format_of", "serve_from_memory", "reference_fs", "store", "store_of", "verify"]

@@ -9,9 +9,16 @@ from .. import urls
 from ._load import CacheSetting, load_index, parquet_metadata
 
 
-def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True) -> dict[str, Any]:
+def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
+         group: str | None = None, branch: str | None = None, snapshot: str | None = None) -> dict[str, Any]:
     """Summary of an index (or of an HDF5 file's index, made on the fly): groups, arrays, chunks
-    referenced, inline bytes, source files, and the options that decided what is inline."""
+    referenced, inline bytes, source files, and the options that decided what is inline.
+    An Icechunk repository's group (``group``/``branch``/``snapshot``) adds its ``containers``."""
+    from ._icechunk import icechunk_index
+
+    ic = icechunk_index(refs, storage_options=storage_options, group=group, branch=branch, snapshot=snapshot)
+    if ic is not None:
+        return _icechunk_info(ic)
     r, _ = load_index(refs, storage_options=storage_options, cache=cache)
     if not isinstance(r, dict):
         return _parquet_info(r, storage_options)
@@ -74,6 +81,22 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
         "codecs": used,
         "needs_refindex": sorted(c for c, pkg in used.items() if pkg == "refindex"),
     }
+
+
+def _icechunk_info(ic: Any) -> dict[str, Any]:
+    """``info`` of a group of an Icechunk repository: node counts and codecs from its documents, chunk
+    counts and source from the record its commit left, and the containers a reader authorizes."""
+    docs = list(ic.documents().values())
+    arrays = [d for d in docs if d.get("node_type") == "array"]
+    rec = ic.record()
+    counts = rec.get("counts") or {}
+    out = _summary(len(docs) - len(arrays), len(arrays), int(counts.get("chunks_referenced", 0)),
+                   int(counts.get("bytes_referenced", 0)), int(counts.get("inline_chunks", 0)),
+                   int(counts.get("inline_bytes", 0)), None, rec | {"zarr_format": 3}, arrays)
+    out.update(format="icechunk", repository=ic.repository, group="/" + ic.group.strip("/"),
+               snapshot=ic.open().snapshot_id, containers=ic.containers,
+               sources=sorted({(rec.get("source") or {}).get("url")} - {None}))
+    return out
 
 
 def _inline_size(value: str) -> int:

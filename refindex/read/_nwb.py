@@ -576,8 +576,8 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
 def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
              remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
-             allowed_urls: Sequence[str] | None = None, trust: bool = False,
-             read_ahead: int = READ_AHEAD_BYTES) -> Any:
+             allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
+             branch: str | None = None, snapshot: str | None = None, read_ahead: int = READ_AHEAD_BYTES) -> Any:
     """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO`` (a zarr v3 index: ``NWBZarrIO``), through
     its index or from the file itself.
 
@@ -601,7 +601,18 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     of the first chunk of the main recording in a remote file (the acquisition series with
     the longest time axis: what a notebook plots first, so its round trip costs no wait).
     0 turns it off.
+
+    An Icechunk repository (``group``, ``branch``, ``snapshot`` as for :func:`refindex.open`)
+    is read through hdmf-zarr's ``NWBZarrIO`` over its read-only session's store.
     """
+    from ._open import opened_icechunk
+
+    ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
+                         branch=branch, snapshot=snapshot, check_source=check_source)
+    if ic is not None:
+        ic.zarr_group()  # the codecs registered, the group checked
+        io = nwb_io_class_v3()(path=ic.store(), mode="r")
+        return _read_kept(io)
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
                                                 cache=cache, allowed_urls=allowed_urls, trust=trust))
@@ -613,6 +624,11 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
                                                external=external, scan_missing=scan_missing)
+    return _read_kept(io)
+
+
+def _read_kept(io: Any) -> Any:
+    """``io.read()``, the io kept on the file (``nwbfile.refindex_io``) so it is not garbage collected."""
     nwbfile = io.read()
     try:
         nwbfile.refindex_io = io

@@ -207,7 +207,8 @@ def store(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_op
 
 def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
          remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
-         allowed_urls: Sequence[str] | None = None, trust: bool = False):
+         allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
+         branch: str | None = None, snapshot: str | None = None):
     """Open an index (dict, JSON path/URL or parquet folder) or an HDF5 file/URL as a read-only ``zarr.Group``.
 
     The hierarchy comes from the consolidated ``.zmetadata`` alone (one read, however deep
@@ -219,8 +220,19 @@ def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_opt
     :class:`~refindex.UntrustedReference`.  ``allowed_urls`` (URL prefixes, or patterns
     where ``*`` stands for anything) widens that on purpose, ``trust=True`` turns it off.
     An HDF5 file opened directly is indexed here, and trusted.
+
+    An Icechunk repository (a folder or ``s3://bucket/prefix``, or an
+    :class:`~refindex.read.IcechunkIndex`) is opened read-only on ``branch`` (default main)
+    or ``snapshot``, at ``group`` (default its root), authorizing exactly the virtual chunk
+    containers it declares, with ``remote_options`` (default ``storage_options``) for the
+    sources; ``storage_options`` reach the repository.
     """
     from ._consolidated import open_group
+
+    ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
+                         branch=branch, snapshot=snapshot, check_source=check_source)
+    if ic is not None:
+        return ic.zarr_group()
 
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
@@ -231,3 +243,20 @@ def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_opt
 def index_location(refs: Any) -> str | None:
     """Where an index given as a path or URL lives (None for a dict): files it names are beside it."""
     return None if isinstance(refs, dict) else os.fspath(refs)
+
+
+def opened_icechunk(refs: Any, *, storage_options: dict[str, Any] | None = None,
+                    remote_options: dict[str, Any] | None = None, group: str | None = None,
+                    branch: str | None = None, snapshot: str | None = None, check_source: bool = True) -> Any:
+    """``refs`` as an :class:`~refindex.read.IcechunkIndex` checked against its source (StaleIndexError
+    when it changed), or None when ``refs`` is no Icechunk repository."""
+    from ._icechunk import icechunk_index
+
+    ic = icechunk_index(refs, storage_options=storage_options, source_options=remote_options, group=group,
+                        branch=branch, snapshot=snapshot)
+    if ic is not None and check_source:
+        from ._provenance import check_source as _check
+
+        _check(ic.as_refs(), storage_options=ic.source_options if ic.source_options is not None
+               else ic.storage_options)
+    return ic

@@ -99,6 +99,11 @@ def load_metadata(refs_or_file: Any, *, storage_options: dict[str, Any] | None =
 
     An HDF5 file is indexed first (through the local index cache, see :mod:`refindex.read`).
     """
+    from ._icechunk import icechunk_index
+
+    ic = icechunk_index(refs_or_file, storage_options=storage_options)
+    if ic is not None:  # an Icechunk repository: its documents as a v3 index holds them
+        return {k: _without_consolidated(v) for k, v in ic.documents().items()}
     loaded, _ = load_index(refs_or_file, storage_options=storage_options, cache=cache, options=options)
     if isinstance(loaded, dict):
         if "zarr.json" in (loaded.get("refs") or {}):

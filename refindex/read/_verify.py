@@ -247,6 +247,15 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     ``trust``).
     """
     from ._consolidated import open_group
+    from ._icechunk import icechunk_index
+
+    ic = icechunk_index(refs, source_options=remote_options)
+    if ic is not None:  # an Icechunk repository (or one of its groups): provenance from the commit record
+        if check_source:
+            from ._provenance import check_source as _check
+
+            _check(ic.as_refs(), source=str(source), storage_options=storage_options)
+        return compare_file(source, ic.as_refs(), group if group is not None else ic.zarr_group(), storage_options)
 
     opts = ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol, allowed_urls=allowed_urls,
                           trust=trust, index_url=index_location(refs), check_source=False)  # (``source`` is asked)
@@ -257,10 +266,16 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
         from ._provenance import check_source as _check
 
         _check(refs, source=str(source), storage_options=storage_options)
-    skipped = {s["path"] for s in (refs.get("refindex", {}).get("skipped", []) if isinstance(refs, dict) else [])
-               if "attribute" not in s}
-    omitted = {s["path"] for s in (refs.get("refindex", {}).get("omitted", []) if isinstance(refs, dict) else [])}
-    root = group if group is not None else open_group(store_of(refs, opts))
+    return compare_file(source, refs, group if group is not None else open_group(store_of(refs, opts)),
+                        storage_options)
+
+
+def compare_file(source: Any, refs: Any, root: Any, storage_options: dict | None) -> VerifyReport:
+    """Every dataset of ``source`` (h5py) against the zarr group ``root`` read from the index ``refs``
+    (whose provenance lists what was skipped or omitted)."""
+    prov = refs.get("refindex", {}) if isinstance(refs, dict) else {}
+    skipped = {s["path"] for s in prov.get("skipped", []) if "attribute" not in s}
+    omitted = {s["path"] for s in prov.get("omitted", [])}
     with open_source(source, storage_options) as src:
         report = VerifyReport(src.url)
         cmp = _Comparer(src.h5)

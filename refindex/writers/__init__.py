@@ -13,9 +13,9 @@ from ._json import STREAM_BLOCK, dumps, format_rows, write_json, write_json_stre
 from ._parquet import DEFAULT_RECORD_SIZE, ZMETADATA, array_records, metadata_document, write_parquet
 from ._refs import (FORMAT_VERSION, chunk_refs, consolidated, head_refs, metadata_items, metadata_json, prefix_of,
                     to_refs, url_templates, zarray)
-from . import v3
+from . import icechunk, v3
 
 __all__ = ["DEFAULT_RECORD_SIZE", "FORMAT_VERSION", "STREAM_BLOCK", "ZMETADATA", "array_records", "atomic_file",
            "atomic_folder", "atomic_write_bytes", "chunk_refs", "consolidated", "dumps", "format_rows", "head_refs",
            "metadata_document", "metadata_items", "metadata_json", "prefix_of", "remove_leftovers", "to_refs",
-           "url_templates", "v3", "write_json", "write_json_stream", "write_parquet", "zarray"]
+           "url_templates", "icechunk", "v3", "write_json", "write_json_stream", "write_parquet", "zarray"]

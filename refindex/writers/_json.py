@@ -18,7 +18,7 @@ import numpy as np
 import ujson
 
 from ..errors import RefindexError
-from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree
+from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree, inline_rows
 from ._atomic import atomic_file, atomic_write_bytes
 from ._refs import chunk_refs, head_refs, prefix_of
 
@@ -142,13 +142,11 @@ def _array_text(prefix: str, node: ArrayNode, url: str, block: int,
         keys = [encoding.of_model_key(k, ndim) for k in model_keys]
         override: dict[str, tuple[int, int]] = {}
         if coords is not None:
-            ref_keys = encoding.keys(coords)
-            common = set(ref_keys).intersection(keys)
-            if common:  # rare: a chunk both inlined and referenced; the reference wins (as in to_refs)
-                keep = np.fromiter((k not in common for k in ref_keys), dtype=bool, count=len(ref_keys))
-                for k, o, s in zip(ref_keys, offsets.tolist(), sizes.tolist()):
-                    if k in common:
-                        override[k] = (o, s)
+            hit = inline_rows(coords, model_keys)  # column-wise: no key text per referenced chunk
+            if hit.any():  # rare: a chunk both inlined and referenced; the reference wins (as in to_refs)
+                for k, o, s in zip(encoding.keys(coords[hit]), offsets[hit].tolist(), sizes[hit].tolist()):
+                    override[k] = (o, s)
+                keep = ~hit
                 coords, offsets, sizes = coords[keep], offsets[keep], sizes[keep]
         plain = not re.search(r"[^0-9./c]", "".join(keys))  # digits, dots, "c/": nothing to escape
         for lo in range(0, len(keys), block):

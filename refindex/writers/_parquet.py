@@ -73,6 +73,37 @@ def _linear(coords: np.ndarray, grid: tuple[int, ...], what: str) -> tuple[np.nd
     return coords @ strides if len(coords) else np.zeros(0, dtype=np.int64), inside
 
 
+# Arrow columns straight from numpy buffers: ``pa.array`` imports pandas on its first call
+# (about 0.45 s, more than writing 500,000 references takes), ``Array.from_buffers`` does not.
+def _validity(valid: np.ndarray | None) -> Any:
+    import pyarrow as pa
+
+    return None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def numbers(values: np.ndarray, arrow_type: Any, valid: np.ndarray | None = None) -> Any:
+    """A fixed-width Arrow column of ``values`` (numpy, already of ``arrow_type``'s width); nulls where not ``valid``."""
+    import pyarrow as pa
+
+    data = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(arrow_type, len(data), [_validity(valid), pa.py_buffer(data)])
+
+
+def blobs(items: list[bytes | None], arrow_type: Any) -> Any:
+    """A string/binary Arrow column (``None``: null)."""
+    import pyarrow as pa
+
+    lengths = np.fromiter((0 if b is None else len(b) for b in items), dtype=np.int64, count=len(items))
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        raise RefindexError("inline bytes of one parquet record exceed 2 GiB")
+    valid = np.fromiter((b is not None for b in items), dtype=bool, count=len(items))
+    return pa.Array.from_buffers(arrow_type, len(items), [_validity(None if valid.all() else valid),
+                                                          pa.py_buffer(offsets.astype(np.int32)),
+                                                          pa.py_buffer(b"".join(b for b in items if b is not None))])
+
+
 def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[tuple[int, Any]]:
     """(record number, pyarrow Table) for every record of ``node``; built one at a time."""
     import pyarrow as pa
@@ -103,7 +134,7 @@ def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[
     iorder = np.argsort(ilin, kind="stable")
     ilin = ilin[iorder]
     iblobs = [iblobs[i] for i in iorder]
-    dictionary = pa.array(urls, type=pa.string())
+    dictionary = blobs([u.encode("utf-8") for u in urls], pa.string())
     schema = pa.schema([
         pa.field("path", pa.dictionary(pa.int32(), pa.string())),
         pa.field("offset", pa.int64(), nullable=False),
@@ -130,11 +161,12 @@ def array_records(node: ArrayNode, tree_url: str, record_size: int) -> Iterator[
                 r = int(ilin[j] - lo)
                 if not present[r]:  # a referenced chunk wins, as in the JSON writer
                     raw_list[r] = iblobs[j]
-            raw = pa.array(raw_list, type=pa.binary())
+            raw = blobs(raw_list, pa.binary())
         else:
             raw = pa.nulls(n, type=pa.binary())
-        path = pa.DictionaryArray.from_arrays(pa.array(file_of, mask=~present), dictionary)
-        yield rec, pa.Table.from_arrays([path, pa.array(offset), pa.array(size), raw], schema=schema)
+        path = pa.DictionaryArray.from_arrays(numbers(file_of, pa.int32(), valid=present), dictionary)
+        yield rec, pa.Table.from_arrays([path, numbers(offset, pa.int64()), numbers(size, pa.int64()), raw],
+                                        schema=schema)
 
 
 def metadata_document(tree: Tree, record_size: int) -> dict[str, Any]:

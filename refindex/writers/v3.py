@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..codecs import BYTESWAP, OBJECT_CODECS, NoV3Codec, codec_names, dtype_of, v3_chain
-from ..model import V3_KEYS, ArrayNode, ChunkTable, RefsDocument, Tree, key_of
+from ..model import V3_KEYS, ArrayNode, ChunkTable, RefsDocument, Tree, inline_rows, key_of
 from ._json import STREAM_BLOCK, write_json_stream
 from ._parquet import write_parquet as write_parquet_records
 from ._refs import FORMAT_VERSION, chunk_refs, metadata_json, url_templates
@@ -305,7 +305,8 @@ def hierarchy(tree: Tree) -> Hierarchy:
         a = tree.arrays[path]
         ndim = len(a.shape)
         refs = a.refs if a.refs is not None and len(a.refs) else None
-        referenced = set(V3_KEYS.keys(refs.coords)) if refs is not None and a.inline else set()
+        referenced = set(V3_KEYS.keys(refs.coords[inline_rows(refs.coords, a.inline)])) if (
+            refs is not None and a.inline) else set()
         inline = {V3_KEYS.of_model_key(k, ndim): v for k, v in a.inline.items()}
         arrays[key_of(path)] = V3Array(refs, {k: v for k, v in inline.items() if k not in referenced})
     return Hierarchy(documents(tree), arrays)
