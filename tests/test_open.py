@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import fsspec
@@ -291,6 +292,9 @@ def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
             assert longest.name == "raw"  # 20,000 rows; raw_gzip has 4,000
             data = nwb.acquisition["raw"].data
             rows = data.chunks[0]
+            deadline = time.monotonic() + 30
+            while not store.stats.requests and time.monotonic() < deadline:  # it runs in the background
+                time.sleep(0.01)
             assert store.stats.requests == 1 and store.stats.keys == ["acquisition/raw/data/0.0"]
             assert_same_values(longest.data[:rows], data[:rows])
             assert store.stats.requests == 1  # served by the read-ahead
