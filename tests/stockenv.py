@@ -40,6 +40,21 @@ class _NotInstalled(importlib.abc.MetaPathFinder):
         return None
 
 
+def _hide_entry_points() -> None:
+    """Entry points of blocked packages vanish (zarr finds its v3 codecs through ``zarr.codecs`` ones):
+    as if those packages were not installed, not installed and broken."""
+    import importlib.metadata as md
+
+    real = md.entry_points
+
+    def entry_points(**params):
+        found = real(**params)
+        keep = [ep for ep in found if ep.value.split(":", 1)[0].split(".", 1)[0] not in BLOCKED]
+        return md.EntryPoints(keep)
+
+    md.entry_points = entry_points
+
+
 def _stock_codecs() -> None:
     """Forget codecs of blocked packages; register imagecodecs' codecs as a reader would (v2 and v3)."""
     import numcodecs.registry as reg
@@ -120,6 +135,7 @@ class _Server:
 
 def _serve() -> None:
     sys.meta_path.insert(0, _NotInstalled())
+    _hide_entry_points()
     _stock_codecs()
     server = _Server()
     rd, wr = sys.stdin.buffer, sys.stdout.buffer
