@@ -1,4 +1,4 @@
-"""Run P1-P5 at the sizes of issue #4 and write benchmarks/RESULTS.md (``make bench``).
+"""Run P1-P6 at the sizes of issue #4 and write benchmarks/RESULTS.md (``make bench``).
 
 ``--small`` runs each at its small default instead (a quick smoke run).
 """
@@ -18,6 +18,7 @@ import p2_remote_index  # noqa: E402
 import p3_remote_read  # noqa: E402
 import p4_notebook_open  # noqa: E402
 import p5_startup  # noqa: E402
+import p6_virtualizarr  # noqa: E402
 from common import machine, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +39,7 @@ def main() -> None:
         p3_remote_read.main(full_nwb),
         p4_notebook_open.main([] if a.small else ["--full"]),
         p5_startup.main(["--repeat", "3"] if a.small else []),
+        p6_virtualizarr.main(["--repeat", "1", "--datasets", "200", "--rows", "200"] if a.small else ["--full"]),
     ]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = [
