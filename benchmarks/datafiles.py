@@ -57,6 +57,28 @@ def many_chunks(rows: int = 2000, cols: int = 1000, chunk: int = 2, folder: Path
     return _atomic(folder / f"many_chunks_{rows}x{cols}_c{chunk}.h5", build)
 
 
+def many_datasets(count: int = 2000, length: int = 100, folder: Path = OUT) -> Path:
+    """One group of ``count`` float32 datasets of ``length`` values (P6: VirtualiZarr's cost per array).
+
+    Half are contiguous, half in gzip chunks of 25, all on one dimension scale ``x``, as a
+    netCDF-4 file with many variables is laid out.
+    """
+    import h5py
+
+    def build(tmp: Path) -> None:
+        rng = np.random.default_rng(2)
+        with h5py.File(tmp, "w", libver="latest") as f:
+            x = f.create_dataset("x", data=np.arange(length, dtype="f8"))
+            x.make_scale("x")
+            for i in range(count):
+                kw = {"chunks": (25,), "compression": "gzip"} if i % 2 else {}
+                d = f.create_dataset(f"v{i:04d}", data=rng.standard_normal(length).astype("f4"), **kw)
+                d.dims[0].attach_scale(x)
+                d.attrs["units"] = "m"
+
+    return _atomic(folder / f"many_datasets_{count}x{length}.h5", build)
+
+
 def huge_chunks(rows: int = 10_000, cols: int = 1_000, folder: Path = OUT) -> Path:
     """``rows x cols`` uint8 in 1x1 chunks (defaults: 10^7 chunks), built in seconds."""
     from refindex.testing import write_one_byte_chunks

@@ -19,6 +19,7 @@ import p3_remote_read  # noqa: E402
 import p4_notebook_open  # noqa: E402
 import p5_startup  # noqa: E402
 import p6_icechunk  # noqa: E402
+import p7_virtualizarr  # noqa: E402
 from common import machine, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,6 +41,7 @@ def main() -> None:
         p4_notebook_open.main([] if a.small else ["--full"]),
         p5_startup.main(["--repeat", "3"] if a.small else []),
         p6_icechunk.main(["--repeat", "1"] if a.small else ["--rows", "2000"]),
+        p7_virtualizarr.main(["--repeat", "1", "--datasets", "200", "--rows", "200"] if a.small else ["--full"]),
     ]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = [
