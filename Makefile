@@ -26,8 +26,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/refindex demo
 
+# two workers, a test file each at a time (files keep their module fixtures and corpus tallies): ~6 min on 2 cores
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py

@@ -8,6 +8,7 @@ points) installed would do.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import socket
@@ -159,3 +160,16 @@ def moto_s3(key: str = "testing", secret: str = "testing") -> Iterator[dict[str,
         yield {"endpoint_url": f"http://127.0.0.1:{port}", "key": key, "secret": secret, "anon": False}
     finally:
         server.stop()
+
+
+@pytest.fixture
+def collect_in_main_thread():
+    """Collect garbage in the main thread after the test (autouse it in modules that make Icechunk objects).
+
+    Icechunk's repositories and sessions are Rust objects whose release may block; collected by a
+    garbage collection that happens to run in zarr's event-loop thread, one made a later test hang
+    there (once, in a full run: the loop thread stuck allocating). Dropping them here, between tests,
+    keeps that away from every later test.
+    """
+    yield
+    gc.collect()

@@ -35,6 +35,12 @@ _close_ios = test_v3._close_ios
 REFERENCED = {"inline_threshold": 0, "inline_dataset_threshold": 0}
 
 
+@pytest.fixture(autouse=True)
+def _icechunk_garbage(collect_in_main_thread):
+    """Icechunk objects are released between tests, in the main thread (see conftest)."""
+
+
+
 def make_file(path, scale: float = 1.0, *, nan_attr: bool = False) -> None:
     rng = np.random.default_rng(int(scale * 10))
     with h5py.File(path, "w") as f:

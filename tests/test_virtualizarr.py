@@ -55,6 +55,12 @@ WHOLE = 1 << 22  # arrays of more elements (or chunks) are compared on their fir
 MAX_CHUNKS = 256
 
 
+@pytest.fixture(autouse=True)
+def _icechunk_garbage(collect_in_main_thread):
+    """Icechunk objects are released between tests, in the main thread (see conftest)."""
+
+
+
 def registry() -> ObjectStoreRegistry:
     return ObjectStoreRegistry({"file://": obstore.store.LocalStore()})
 
