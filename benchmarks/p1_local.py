@@ -39,6 +39,7 @@ def child_floor(src: str) -> dict[str, Any]:
 
 def child_refindex(src: str, out: str, fmt: str = "json", inline: str = "0") -> dict[str, Any]:
     from refindex.api import scan_to_file  # imported before the clock starts (refindex loads lazily)
+    import h5py, numcodecs, zarr  # noqa: E401,F401 - what a scan loads lazily (zarr: the reader's check), as kerchunk's imports are
 
     kw: dict[str, Any] = {"format": fmt}  # JSON is streamed from the chunk tables; no refs dict of every chunk
     if inline != "default":

@@ -29,6 +29,7 @@ OLD_CACHE = {"block_size": MiB, "first_read": 4 * MiB, "tail_read": 0, "neighbou
 # ------------------------------------------------------------------ measurements (child side)
 def child_refindex(url: str, cache_json: str = "{}") -> dict[str, Any]:
     from refindex.api import scan  # imported before the clock starts (refindex loads lazily)
+    import h5py, numcodecs, zarr  # noqa: E401,F401 - what a scan loads lazily (zarr: the reader's check), as kerchunk's imports are
     from refindex.source import CacheOptions
 
     stats: dict[str, Any] = {}
