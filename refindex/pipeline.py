@@ -152,6 +152,18 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
     return None
 
 
+def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
+    """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
+    from .isolate import DEFAULT_TIMEOUT, Worker
+
+    with Worker() as worker:
+        result, job_stats = worker.run(job, {"source": os.fspath(source), "options": options},
+                                       timeout=options.timeout or DEFAULT_TIMEOUT)
+    if stats is not None:
+        stats.update(job_stats)
+    return result
+
+
 def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
               progress: Progress | bool | None = None) -> RefsDocument:
     """The RFS dict of ``source`` (in a worker process with ``options.isolate``), through the safety gate.
@@ -160,14 +172,7 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
     embedded under ``refs["refindex"]["external"][source]["refs"]``.
     """
     if options.isolate:
-        from .isolate import DEFAULT_TIMEOUT, Worker
-
-        with Worker() as worker:
-            refs, job_stats = worker.run(scan_refs_job, {"source": os.fspath(source), "options": options},
-                                         timeout=options.timeout or DEFAULT_TIMEOUT)
-        if stats is not None:
-            stats.update(job_stats)
-        return refs
+        return in_worker(scan_refs_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
     refs = writers.v3.to_refs(tree) if options.zarr_format == 3 else writers.to_refs(tree)
     safety.check_publishable(refs, options.storage_options, file=tree.url)
@@ -315,14 +320,7 @@ def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dic
                             "into groups of their own)", file=os.fspath(source))
     options = options.but(zarr_format=3)
     if options.isolate:
-        from .isolate import DEFAULT_TIMEOUT, Worker
-
-        with Worker() as worker:
-            tree, job_stats = worker.run(icechunk_tree_job, {"source": os.fspath(source), "options": options},
-                                         timeout=options.timeout or DEFAULT_TIMEOUT)
-        if stats is not None:
-            stats.update(job_stats)
-        return tree
+        return in_worker(icechunk_tree_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
     check_strict_attributes(tree, options, tree.url)
     safety.check_publishable(writers.v3.head_refs(tree), options.storage_options, file=tree.url)

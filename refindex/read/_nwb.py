@@ -242,6 +242,18 @@ def _index(values: Any, selection: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- external links
+def _with_source(v: Any, source: str) -> Any:
+    """``v`` (parsed JSON) with every ``{"source": ".", "path": ...}`` entry naming ``source`` instead."""
+    if isinstance(v, dict):
+        out = {k: _with_source(x, source) for k, x in v.items()}
+        if out.get("source") == "." and "path" in out:
+            out["source"] = source
+        return out
+    if isinstance(v, list):
+        return [_with_source(x, source) for x in v]
+    return v
+
+
 def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
     """A copy of ``refs`` whose in-file links/attribute references (``source: "."``) name ``source``.
 
@@ -250,15 +262,7 @@ def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
     datasets of the linked file are left as they are.)
     """
 
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            out = {k: walk(x) for k, x in v.items()}
-            if out.get("source") == "." and "path" in out:
-                out["source"] = source
-            return out
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
+    walk = partial(_with_source, source=source)
 
     new = {}
     meta = {}
@@ -279,15 +283,7 @@ def _rebase_self_refs_v3(refs: dict[str, Any], source: str) -> dict[str, Any]:
     """:func:`_rebase_self_refs` for a zarr v3 index: ``_LINKS`` and ``_REFERENCE`` entries in its
     ``zarr.json`` documents name ``source``; the root's consolidated metadata is rebuilt from them."""
 
-    def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            out = {k: walk(x) for k, x in v.items()}
-            if out.get("source") == "." and "path" in out:
-                out["source"] = source
-            return out
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
+    walk = partial(_with_source, source=source)
 
     new: dict[str, Any] = {}
     docs: dict[str, Any] = {}
