@@ -173,3 +173,17 @@ def collect_in_main_thread():
     """
     yield
     gc.collect()
+
+
+@pytest.fixture(scope="session")
+def nwb_files(tmp_path_factory):
+    """The pynwb test files of tests/nwbfiles.py (main, base, linking, hardlink), built once per session."""
+    pytest.importorskip("pynwb")
+    import warnings
+
+    import nwbfiles
+
+    folder = tmp_path_factory.mktemp("nwb")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return nwbfiles.build_all(folder)

@@ -241,6 +241,19 @@ class StockGroup:
                 yield g[len(prefix):], StockGroup(self.reader, self.index, g, self.all_groups)
 
 
+def stock_verify(reader: StockReader, h5: Any, index: Any) -> dict[str, str]:
+    """``refindex.verify`` of ``index`` against ``h5`` with the values the stock reader decoded:
+    dataset path -> status (with its detail)."""
+    import warnings
+
+    import refindex
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = refindex.verify(str(h5), str(index), group=StockGroup(reader, str(index)))
+    return {r.path.strip("/"): r.status + (f": {r.detail}" if r.detail else "") for r in report.results}
+
+
 def _importable(module: str) -> bool:
     import importlib
 

@@ -122,12 +122,8 @@ def assert_hdmf_encoding(refs):
 
 
 @pytest.fixture(scope="session")
-def nwb_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("nwb")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        paths = nwbfiles.build_all(folder)
-    return paths
+def nwb_dir(nwb_files):
+    return nwb_files
 
 
 @pytest.fixture(scope="session")

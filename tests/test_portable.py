@@ -25,7 +25,7 @@ import pytest
 import refindex
 from refindex.testing.portability import (LONG_VALUES, STRINGS, write_large_dirty_strings,
                                           write_portability_zoo)
-from stockenv import StockGroup, StockReader
+from stockenv import StockReader, stock_verify
 
 ROWS, COLS = 100, 37
 
@@ -73,11 +73,6 @@ def _ids(z: dict) -> set[str]:
     return {c["id"] for c in [z["compressor"]] + list(z["filters"] or []) if c}
 
 
-def _stock_verify(stock: StockReader, h5: Path, index: Path) -> dict[str, str]:
-    report = refindex.verify(str(h5), str(index), group=StockGroup(stock, str(index)))
-    return {r.path.strip("/"): r.status + (f": {r.detail}" if r.detail else "") for r in report.results}
-
-
 @pytest.fixture(scope="module")
 def filters_file(tmp_path_factory) -> Path:
     h5 = tmp_path_factory.mktemp("filters") / "filters.h5"
@@ -102,7 +97,7 @@ def test_each_filter_reads_exact_through_its_stock_codec(filters_file: Path, sto
     index = tmp_path / "filters.json"
     refindex.scan_to_file(filters_file, index, inline_threshold=0, inline_dataset_threshold=0)
     refs = json.loads(index.read_text())
-    results = _stock_verify(stock, filters_file, index)
+    results = stock_verify(stock, filters_file, index)
     with h5py.File(filters_file) as f:
         names = list(f)
         masked = {n for n in names if f[n].chunks and any(
@@ -135,7 +130,7 @@ def test_portable_index_needs_only_stock_codecs(filters_file: Path, stock: Stock
     refs = json.loads(index.read_text())
     assert not [c for c in refs["refindex"]["codecs"] if c.startswith("refindex_")], refs["refindex"]["codecs"]
     stock.ask("open", str(index), True)  # consolidated metadata: every array parses
-    results = _stock_verify(stock, filters_file, index)
+    results = stock_verify(stock, filters_file, index)
     assert set(results.values()) == {"exact"}, results
     for name in ("bitshuffle_lz4", "bitshuffle_zstd", "lzf_beyond_8x"):
         assert "refindex_inlined" in json.loads(refs["refs"][f"{name}/.zattrs"])
@@ -165,7 +160,7 @@ def test_zoo_opens_in_stock_zarr_and_equals_h5py(zoo: Path, stock: StockReader, 
     refindex.scan_to_file(zoo, index, inline_threshold=min(inline, 256), inline_dataset_threshold=inline)
     refs = json.loads(index.read_text())
     stock.ask("open", str(index), True)
-    results = _stock_verify(stock, zoo, index)
+    results = stock_verify(stock, zoo, index)
     assert set(results.values()) == {"exact"}, results
     assert not [c for c in refs["refindex"]["codecs"] if c.startswith("refindex_")]
     # raw bytes for the types zarr lacks, with the numpy type to view them as and the HDF5 type named
@@ -212,7 +207,7 @@ def test_large_dirty_strings_keep_the_codec_unless_portable(tmp_path: Path, stoc
     refindex.scan_to_file(h5, index, portable=True)
     doc = json.loads(index.read_text())
     assert doc["refindex"]["codecs"] == ["zlib"]
-    assert set(_stock_verify(stock, h5, index).values()) == {"exact"}
+    assert set(stock_verify(stock, h5, index).values()) == {"exact"}
 
 
 def test_zarr_refusal_fails_naming_the_dataset_or_is_skipped(zoo: Path) -> None:

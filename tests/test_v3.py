@@ -29,7 +29,6 @@ import h5py
 import hdf5plugin
 import numpy as np
 import nwbcompare
-import nwbfiles
 import pytest
 import zarr
 from conftest import assert_same_values
@@ -39,7 +38,7 @@ from refindex import pipeline, writers
 from refindex.codecs import register_codecs, register_stock_codecs, register_v3_codecs
 from refindex.model import V3_KEYS
 from refindex.options import ScanOptions
-from stockenv import StockGroup, StockReader
+from stockenv import StockReader, stock_verify
 
 from corpus import CORPUS  # noqa: E402
 
@@ -167,14 +166,9 @@ def hdf5_nwb(path):
 
 
 @pytest.fixture(scope="module")
-def nwb3(tmp_path_factory):
-    pytest.importorskip("pynwb")
+def nwb3(nwb_files):
     pytest.importorskip("hdmf_zarr")
-    folder = tmp_path_factory.mktemp("nwb3")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        paths = nwbfiles.build_all(folder)
-    return paths
+    return nwb_files
 
 
 @pytest.fixture(scope="module")
@@ -962,13 +956,6 @@ def stock() -> StockReader:
         yield reader
 
 
-def _stock_results(stock: StockReader, h5: Path, index: Path) -> dict[str, str]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        report = refindex.verify(str(h5), str(index), group=StockGroup(stock, str(index)))
-    return {r.path.strip("/"): r.status + (f": {r.detail}" if r.detail else "") for r in report.results}
-
-
 @pytest.fixture(scope="module")
 def filters_file(tmp_path_factory) -> Path:
     """tests/test_portable.py's filters, each written by h5py/hdf5plugin, plus szip and blosc2."""
@@ -1001,7 +988,7 @@ def test_each_filter_in_v3_reads_exact_in_a_stock_reader(filters_file, stock, tm
     index = tmp_path / "filters3.json"
     refindex.scan_to_file(filters_file, index, zarr_format=3, **REFERENCED)
     refs = json.loads(index.read_text())
-    results = _stock_results(stock, filters_file, index)
+    results = stock_verify(stock, filters_file, index)
     for name, codec in {**STOCK_V3, **OWN_V3}.items():
         assert codec in [c["name"] for c in doc(refs, name)["codecs"]], (name, doc(refs, name)["codecs"])
         assert any(isinstance(v, list) for k, v in refs["refs"].items() if k.startswith(f"{name}/c/")), name
@@ -1022,7 +1009,7 @@ def test_portable_v3_index_opens_with_no_refindex(filters_file, stock, tmp_path)
     assert not [c for c in refs["refindex"]["codecs"] if "refindex" in c], refs["refindex"]["codecs"]
     assert refs["refindex"]["options"]["portable"] is True and refs["refindex"]["options"]["zarr_format"] == 3
     assert stock.ask("open", str(index), True)["arrays"]  # consolidated metadata: every array parses
-    results = _stock_results(stock, filters_file, index)
+    results = stock_verify(stock, filters_file, index)
     assert set(results.values()) == {"exact"}, results
     for name in OWN_V3:
         assert "refindex_inlined" in attrs(refs, name), name
@@ -1092,7 +1079,7 @@ def test_corpus_v3_reads_like_v2(row, stock, tmp_path):
     if [c for c in r3["refindex"]["codecs"] if c.startswith("imagecodecs_")] or own:
         index = tmp_path / "index3.json"
         index.write_text(json.dumps(r3, allow_nan=True))
-        bad = {p: s for p, s in _stock_results(stock, path, index).items()
+        bad = {p: s for p, s in stock_verify(stock, path, index).items()
                if s.split(":")[0] in ("different", "unreadable", "missing")}
         assert all(any(c in s for c in own) for s in bad.values()), bad  # only refindex's own codecs fail
         assert bool(bad) == bool(own), (bad, own)
@@ -1113,7 +1100,7 @@ def test_corpus_portable_v3_index_opens_with_no_refindex(rel, stock, tmp_path):
     refs = json.loads(index.read_text())
     assert not [c for c in refs["refindex"]["codecs"] if "refindex" in c], refs["refindex"]["codecs"]
     assert stock.ask("open", str(index), True)["arrays"]
-    results = _stock_results(stock, path, index)
+    results = stock_verify(stock, path, index)
     assert {s.split(":")[0] for s in results.values()} == {"exact"}, results
 
 

@@ -156,6 +156,25 @@ def unfiltered_edge_chunks(d: h5py.Dataset, node: ArrayNode, table: ChunkTable, 
     return flags
 
 
+def unfiltered_size_mismatch(dsid: Any, dcpl: Any, table: ChunkTable) -> str | None:
+    """Why the chunk sizes of a dataset without filters cannot be right, or None.
+
+    Without filters every chunk is stored at its full size, edge chunks too.  A listed
+    size other than that (a damaged filter-pipeline message or chunk index) makes libhdf5
+    read a short chunk and fill the rest from uninitialised memory: values that differ
+    from read to read, which no index can agree with.
+    """
+    if dcpl.get_nfilters() or not len(table):
+        return None
+    full = dsid.get_type().get_size() * int(np.prod(dcpl.get_chunk(), dtype=np.int64))
+    bad = np.nonzero(table.sizes != np.uint64(full))[0]
+    if not len(bad):
+        return None
+    where = tuple(int(c) for c in table.coords[bad[0]])
+    return (f"chunk {where} of a dataset without filters is stored in {int(table.sizes[bad[0]])} bytes, "
+            f"not the chunk's {full} ({len(bad)} such chunk(s))")
+
+
 def damaged_szip_chunk(ctx: ScanContext, node: ArrayNode, table: ChunkTable, odd: np.ndarray,
                        chunk_nbytes: int, budget: int = SZIP_BUDGET) -> str | None:
     """Why one stored szip chunk has no defined values (a stream that ends early), or None.

@@ -21,7 +21,7 @@ from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable, chunk_key
 from ..progress import NoProgress, Progress
 from ._checks import (chunk_agrees, chunk_origin, damaged_szip_chunk, damaged_table, lookups_disagree,
-                      unfiltered_edge_chunks)
+                      unfiltered_edge_chunks, unfiltered_size_mismatch)
 from ._context import ScanContext, fill_value_of
 from ._inline import inline_decoded
 
@@ -99,25 +99,6 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
                 return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values than "
                                       "libhdf5 reads (damaged chunk index?)")
     return node
-
-
-def unfiltered_size_mismatch(dsid: Any, dcpl: Any, table: ChunkTable) -> str | None:
-    """Why the chunk sizes of a dataset without filters cannot be right, or None.
-
-    Without filters every chunk is stored at its full size, edge chunks too.  A listed
-    size other than that (a damaged filter-pipeline message or chunk index) makes libhdf5
-    read a short chunk and fill the rest from uninitialised memory: values that differ
-    from read to read, which no index can agree with.
-    """
-    if dcpl.get_nfilters() or not len(table):
-        return None
-    full = dsid.get_type().get_size() * int(np.prod(dcpl.get_chunk(), dtype=np.int64))
-    bad = np.nonzero(table.sizes != np.uint64(full))[0]
-    if not len(bad):
-        return None
-    where = tuple(int(c) for c in table.coords[bad[0]])
-    return (f"chunk {where} of a dataset without filters is stored in {int(table.sizes[bad[0]])} bytes, "
-            f"not the chunk's {full} ({len(bad)} such chunk(s))")
 
 
 def chunk_table(d: h5py.Dataset, ndim: int, chunks: Any, extra: Any = (), *, preallocate: int = GRID_PREALLOCATE,
