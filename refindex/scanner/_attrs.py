@@ -114,6 +114,29 @@ def opaque_attr(aid: Any) -> dict[str, Any]:
     }
 
 
+def attribute_value(aid: Any) -> Any:
+    """The value of an open attribute, exactly as h5py's ``obj.attrs[name]`` returns it.
+
+    The same steps as h5py's AttributeManager, on the attribute the caller already opened
+    to check its type: ``obj.attrs[name]`` would open it a second time, and on files of
+    many small objects (NWB) attribute opens are a third of a scan.
+    """
+    shape = aid.shape
+    if shape is None:  # empty dataspace
+        return h5py.Empty(aid.dtype)
+    dtype = aid.dtype
+    htype = h5py.h5t.py_create(dtype)
+    if dtype.subdtype is not None:  # a top-level array type: numpy wants it as extra axes
+        dtype, sub = dtype.subdtype
+        shape = shape + sub
+    arr = np.zeros(shape, dtype=dtype, order="C")
+    aid.read(arr, mtype=htype)
+    info = h5py.check_string_dtype(dtype)
+    if info and info.length is None:  # variable-length strings come back as str
+        arr = np.array([b.decode("utf-8", "surrogateescape") for b in arr.flat], dtype=dtype).reshape(arr.shape)
+    return arr[()] if arr.ndim == 0 else arr
+
+
 def attributes_of(ctx: ScanContext, obj: Any, path: str) -> dict[str, Any]:
     """The attributes of ``obj`` as JSON values (dimension-scale and netCDF bookkeeping left out)."""
     out: dict[str, Any] = {}
@@ -132,13 +155,14 @@ def attributes_of(ctx: ScanContext, obj: Any, path: str) -> dict[str, Any]:
             continue
         try:
             aid = h5py.h5a.open(obj.id, name.encode("utf-8"))
-            why = unsafe_type(aid.get_type())
+            tid = aid.get_type()
+            why = unsafe_type(tid)
             if why:
                 raise UnsupportedError(why)
             try:
-                value = obj.attrs[name]
+                value = attribute_value(aid)
             except OSError:
-                if aid.get_type().get_class() != h5py.h5t.OPAQUE:
+                if tid.get_class() != h5py.h5t.OPAQUE:
                     raise
                 out[name] = opaque_attr(aid)  # h5py has no conversion path for this opaque type
                 continue
