@@ -22,29 +22,41 @@ ZARR_FORMATS = (2, 3)
 class CacheOptions:
     """Settings of the remote read cache.
 
-    Defaults are tuned on a pynwb file behind 30 ms / 50 MB/s (benchmarks/p2_remote_index.py):
-    its metadata sits in a few KiB at the start, a few hundred KiB at the end and small
-    islands in between.  A round trip costs as much as ~1.5 MB of transfer there, so on
-    open the head and tail are fetched at once (concurrently), and each later miss
-    fetches its block plus ``neighbours`` blocks either side in one request.
+    Defaults are tuned on pynwb files behind 30 ms / 50 MB/s (benchmarks/p2_remote_index.py,
+    p4_notebook_open.py): their metadata sits in a few KiB at the start, a few hundred KiB
+    at the end and islands in between (or, with many small objects, all over the file).
+    A round trip costs as much as ~1.5 MB of transfer there, so on open the head and tail
+    are fetched at once (concurrently, with the size and etag), and each later miss
+    fetches its block plus ``ahead`` blocks after it in one request.
 
     ``block_size``: granularity of fetches and of the cache.  ``first_read``: bytes
     fetched at the start of the file on open (superblock, root group).  ``tail_read``:
     bytes fetched at the end on open, in parallel with ``first_read`` (libhdf5 writes
     metadata flushed at close there).  ``neighbours``: extra blocks fetched on each side
-    of a miss.  ``max_gap``: missing blocks separated by at most this many cached bytes
+    of a miss.  ``ahead``: more blocks fetched after a miss: libhdf5 allocates space at
+    the end of the file as it writes, so what an object gained after it was made
+    (continuation blocks of attributes added later, B-tree nodes, grown heaps) lies
+    after it, seldom before (the P4 many-object file: 7 round trips with one block either
+    side, 6 with two ahead; a file of many chunk B-trees: 74 -> 50, the same bytes).
+    ``max_gap``: missing blocks separated by at most this many cached bytes
     are still fetched in one request.  ``prefetch_metadata``: before the scan, walk the
     group tree level by level and fetch each level's object headers, group B-trees, heaps
     and chunk B-tree roots in concurrent batches (see :mod:`refindex.source`), instead
-    of one round trip per scattered structure during the scan.
+    of one round trip per scattered structure during the scan.  ``whole_file_max``: in a file
+    no larger than this, once the blocks a scan needs reach a third of the file, the rest
+    is fetched in that same round trip (as concurrent parts): the metadata of many small
+    objects lies all over such a file, and the scan would fetch most of it anyway, one
+    tree level per round trip.
     """
 
     block_size: int = 64 << 10
     first_read: int = 1 << 20
     tail_read: int = 1 << 20
-    neighbours: int = 1
+    neighbours: int = 0
+    ahead: int = 2
     max_gap: int = 0
     prefetch_metadata: bool = True
+    whole_file_max: int = 64 << 20
 
 
 
@@ -75,7 +87,10 @@ class ScanOptions:
     How it is made (not recorded): ``url`` (what the references point at, when not the
     source), ``storage_options`` (fsspec, never written into an index), ``cache``,
     ``follow_external`` (also index files external links point into), ``isolate`` /
-    ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds).
+    ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds),
+    ``split_walk`` (share the walk of a remote file of many groups with a forked helper
+    process: None when it pays, True whenever possible, False never; see
+    :mod:`refindex.scanner._split`).
     """
 
     inline_threshold: int = 256
@@ -96,6 +111,7 @@ class ScanOptions:
     follow_external: bool = False
     isolate: bool = False
     timeout: float | None = None
+    split_walk: bool | None = None
 
     def __post_init__(self) -> None:
         if self.zarr_format not in ZARR_FORMATS:
@@ -169,6 +185,7 @@ class ScanKeywords(TypedDict, total=False):
     follow_external: bool
     isolate: bool
     timeout: float | None
+    split_walk: bool | None
 
 
 def options_from(options: ScanOptions | None, keywords: ScanKeywords) -> ScanOptions:

@@ -50,11 +50,51 @@ def test_neighbours_are_fetched_with_a_miss():
     url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
     fs.pipe_file(url, bytes(range(256)) * 1000)
     stats = ReadStats()
-    raw = BlockCache(fs, url, 256_000, CacheOptions(block_size=1000, first_read=0, tail_read=0, neighbours=2), stats)
+    raw = BlockCache(fs, url, 256_000, CacheOptions(block_size=1000, first_read=0, tail_read=0, neighbours=2,
+                                                    ahead=0), stats)
     raw.read_range(50_500, 50_510)
     assert (stats.requests, stats.bytes_fetched) == (1, 5000)
     raw.read_range(48_000, 53_000)  # all cached
     assert stats.requests == 1
+
+
+def test_blocks_ahead_of_a_miss_come_with_it():
+    """The default looks ahead, not behind: what libhdf5 added to an object later lies after it."""
+    fs = fsspec.filesystem("memory")
+    url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
+    data = bytes(range(256)) * 1000
+    fs.pipe_file(url, data)
+    stats = ReadStats()
+    raw = BlockCache(fs, url, 256_000, CacheOptions(block_size=1000, first_read=0, tail_read=0), stats)
+    assert raw.read_range(50_500, 50_510) == data[50_500:50_510]
+    assert (stats.requests, stats.bytes_fetched) == (1, 3000)  # blocks 50, 51, 52
+    assert raw.read_range(50_000, 53_000) == data[50_000:53_000]
+    assert stats.requests == 1
+    raw.read_range(49_990, 50_000)  # the block before was not fetched
+    assert stats.requests == 2
+
+
+def test_the_rest_of_a_small_file_comes_whole_once_a_third_is_needed():
+    fs = fsspec.filesystem("memory")
+    url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
+    data = np.random.default_rng(2).integers(0, 256, 90_000, dtype=np.uint8).tobytes()
+    fs.pipe_file(url, data)
+    opts = CacheOptions(block_size=1000, first_read=10_000, tail_read=10_000, neighbours=0, ahead=0)
+    stats = ReadStats()
+    raw = BlockCache(fs, url, len(data), opts, stats)
+    raw.prefetch([40_000, 45_000])  # 22 of 90 blocks: the rest is not worth it yet
+    assert (stats.round_trips, stats.bytes_fetched) == (2, 22_000)
+    raw.prefetch([50_000, 52_000])  # 24 of 90
+    assert (stats.round_trips, stats.bytes_fetched) == (3, 24_000)
+    raw.prefetch(list(range(54_000, 66_000, 2000)))  # 30 of 90 would be needed: all of it comes, in one round trip
+    assert (stats.round_trips, stats.bytes_fetched) == (4, len(data))
+    assert stats.requests > 4  # as concurrent parts
+    assert raw.read_range(0, len(data)) == data
+    assert stats.round_trips == 4
+    big = ReadStats()  # a file above whole_file_max: only what is needed
+    raw = BlockCache(fs, url, len(data), CacheOptions(**{**opts.__dict__, "whole_file_max": 50_000}), big)
+    raw.prefetch([40_000, 45_000, 60_000, 70_000])
+    assert big.bytes_fetched == 24_000
 
 
 def _scattered(path, libver="earliest", userblock=0) -> None:

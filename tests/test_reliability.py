@@ -208,6 +208,7 @@ class _FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
     def _send(self, head_only: bool) -> None:
         cls = type(self)
         cls.seen += 1
+        cls.asked = [*getattr(cls, "asked", []), (self.command, self.headers.get("Range"))]
         if cls.seen <= cls.fail:
             self.send_response(503)
             self.send_header("Content-Length", "0")
@@ -217,7 +218,10 @@ class _FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes="):
             a, _, b = rng[6:].partition("-")
-            start, end = int(a), (int(b) + 1 if b else len(data))
+            if a:
+                start, end = int(a), (int(b) + 1 if b else len(data))
+            else:  # a suffix range: the last b bytes
+                start, end = max(0, len(data) - int(b)), len(data)
             data, status = data[start:end], 206
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
@@ -248,9 +252,30 @@ def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
         handler.fail, handler.seen = 10**6, 0  # now it never recovers: a clean error after the retries
         with pytest.raises(SourceError):
             refindex.scan(url)
-        # every attempt was retried, then it gave up (fsspec's http info may try HEAD and GET)
+        # every attempt was retried, then it gave up (fsspec's http info may try HEAD and GET;
+        # the file's head and tail are asked for together with it)
         tries = source_mod.retry_policy.retries + 1
-        assert tries <= handler.seen <= 2 * tries
+        assert tries <= handler.seen <= 4 * tries
+    finally:
+        server.shutdown()
+
+
+def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
+    """The size is asked for with the file's first and last bytes (a suffix range), not before them."""
+    p = _simple(tmp_path / "web.h5")
+    handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 0, "seen": 0, "asked": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        stats: dict = {}
+        refs = refindex.scan(f"http://127.0.0.1:{server.server_address[1]}/web.h5", stats=stats)
+        opts = source_mod.CacheOptions()
+        assert sorted(handler.asked, key=str) == sorted(
+            [("HEAD", None), ("GET", f"bytes=0-{opts.first_read - 1}"),
+             ("GET", f"bytes=-{opts.tail_read + opts.block_size}")], key=str)  # nothing else: a small file
+        assert (stats["round_trips"], stats["requests"]) == (1, 2)
+        with h5py.File(p) as f:
+            np.testing.assert_array_equal(refindex.open(refs)["a"][:], f["a"][()])
     finally:
         server.shutdown()
 

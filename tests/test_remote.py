@@ -110,7 +110,8 @@ def test_s3_scan_equals_local_scan(s3, name):
     # (c) request/byte counts are reported and plausible
     size = (local / name).stat().st_size
     assert stats["requests"] >= 1
-    assert 0 < stats["bytes_fetched"] <= size
+    # head and tail are asked for with the size, before it is known: a small file comes twice
+    assert 0 < stats["bytes_fetched"] <= 2 * size
     assert remote["refindex"]["source"]["size"] == size
     assert remote["refindex"]["source"]["url"] == url
 
@@ -162,7 +163,7 @@ def test_cli_scan_s3(s3, tmp_path, capsys):
     captured = capsys.readouterr()
     stats = json.loads(captured.out)
     assert stats["requests"] >= 1
-    assert 0 < stats["bytes_fetched"] <= (local / "plain.h5").stat().st_size
+    assert 0 < stats["bytes_fetched"] <= 2 * (local / "plain.h5").stat().st_size  # head and tail: see above
     refs = json.loads(out.read_text())
     assert refs["templates"]["u"] == f"s3://{BUCKET}/plain.h5"
     g = refindex.open(str(out), remote_options=_remote(opts))

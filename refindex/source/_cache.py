@@ -10,6 +10,7 @@ fetched together on open, and every request, round trip and byte is counted so
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any
 from ..errors import SourceError
 from ..options import CacheOptions
 from ._retry import with_retries
+
+WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
 
 
 @dataclass
@@ -35,7 +38,10 @@ class ReadStats:
 class BlockCache(io.RawIOBase):
     """A read-only, seekable file over ``fs.cat_file`` with a keep-everything block cache."""
 
-    def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None):
+    def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None,
+                 ends: tuple[bytes, bytes] | None = None):
+        """``ends``: the file's first ``first_read`` and last ``tail_read + block_size`` bytes when the
+        caller fetched them already (see :func:`fetch_info_and_ends`); else they are fetched here."""
         super().__init__()
         self.fs = fs
         self.path = path
@@ -45,6 +51,9 @@ class BlockCache(io.RawIOBase):
         self.blocks: dict[int, bytes] = {}
         self.pos = 0
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+        if ends is not None and self._keep_ends(*ends):
+            return
         head = min(self.size, self.opts.first_read)
         tail = max(head, self.size - self.opts.tail_read) if self.opts.tail_read else self.size
         ranges = [(0, head)] if head else []
@@ -52,6 +61,19 @@ class BlockCache(io.RawIOBase):
             ranges.append((tail, self.size))
         if ranges:
             self._fetch_ranges(ranges)
+
+    def _keep_ends(self, head: bytes, tail: bytes) -> bool:
+        """Cache the whole blocks of head and tail fetched elsewhere; False if they do not fit the file."""
+        bs, size = self.opts.block_size, self.size
+        if len(head) != min(size, self.opts.first_read) or len(tail) != min(size, self.opts.tail_read + bs):
+            return False  # the file changed, or a server that ignores ranges: fetch them here
+        for data, start in ((head, 0), (tail, size - len(tail))):
+            first = -(-start // bs)  # whole blocks only: a cached block is never partial, except at EOF
+            for i in range(first, -(-(start + len(data)) // bs)):
+                block = data[i * bs - start : (i + 1) * bs - start]
+                if len(block) == min(bs, size - i * bs):
+                    self.blocks[i] = block
+        return True
 
     # io.RawIOBase protocol -------------------------------------------------
     def readable(self) -> bool:
@@ -73,9 +95,10 @@ class BlockCache(io.RawIOBase):
         return self.pos
 
     def readinto(self, b) -> int:
-        data = self.read(len(b))
+        data = self.read_range(self.pos, self.pos + len(b))
         n = len(data)
         b[:n] = data
+        self.pos += n
         return n
 
     def read(self, n: int = -1) -> bytes:
@@ -92,6 +115,10 @@ class BlockCache(io.RawIOBase):
             return b""
         bs = self.opts.block_size
         first, last = start // bs, (end - 1) // bs
+        if first == last:  # most of libhdf5's reads: within one cached block (blocks are never evicted)
+            block = self.blocks.get(first)
+            if block is not None:
+                return block[start - first * bs : end - first * bs]
         with self._lock:
             missing = [i for i in range(first, last + 1) if i not in self.blocks]
             if missing:
@@ -102,9 +129,11 @@ class BlockCache(io.RawIOBase):
         """Bytes ``start:end`` from blocks that are all cached."""
         bs = self.opts.block_size
         first, last = start // bs, (end - 1) // bs
-        buf = b"".join(self.blocks[i] for i in range(first, last + 1))
-        off = start - first * bs
-        return buf[off : off + (end - start)]
+        if first == last:
+            return self.blocks[first][start - first * bs : end - first * bs]
+        return b"".join([self.blocks[first][start - first * bs :],
+                         *(self.blocks[i] for i in range(first + 1, last)),
+                         self.blocks[last][: end - last * bs]])
 
     def prefetch(self, offsets: list[int]) -> None:
         """Fetch the blocks holding ``offsets`` (with neighbours) that are not cached yet, at once."""
@@ -119,8 +148,12 @@ class BlockCache(io.RawIOBase):
         bs = self.opts.block_size
         nblocks = -(-self.size // bs)
         n = max(0, self.opts.neighbours)
-        want = sorted({j for i in missing for j in range(max(0, i - n), min(nblocks, i + n + 1))
+        ahead = n + max(0, self.opts.ahead)
+        want = sorted({j for i in missing for j in range(max(0, i - n), min(nblocks, i + ahead + 1))
                        if j not in self.blocks} | set(missing))
+        whole = self._whole_rest(len(want))
+        if whole is not None:
+            want = whole
         gap_blocks = self.opts.max_gap // bs
         runs: list[list[int]] = [[want[0], want[0]]]
         for i in want[1:]:
@@ -128,7 +161,22 @@ class BlockCache(io.RawIOBase):
                 runs[-1][1] = i
             else:
                 runs.append([i, i])
+        if whole is not None:  # one round trip of parallel parts, not one long transfer
+            part = max(1, -(-len(want) // WHOLE_PARTS))
+            runs = [[a, min(b, a + part - 1)] for a, b in runs for a in range(a, b + 1, part)]
         self._fetch_ranges([(a * bs, min(self.size, (b + 1) * bs)) for a, b in runs])
+
+    def _whole_rest(self, wanted: int) -> list[int] | None:
+        """Every block not cached yet, when a scan has needed a third of a small file (else None).
+
+        Many small objects scatter metadata over a whole file (an NWB file of hundreds of
+        series): a scan would fetch most of it anyway, a tree level per round trip.
+        """
+        bs = self.opts.block_size
+        nblocks = -(-self.size // bs)
+        if self.size > self.opts.whole_file_max or 3 * (len(self.blocks) + wanted) < nblocks:
+            return None
+        return [i for i in range(nblocks) if i not in self.blocks]
 
     def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> None:
         """Fetch block-aligned ``ranges`` into the cache, several at once when the filesystem allows it."""
@@ -140,6 +188,8 @@ class BlockCache(io.RawIOBase):
 
     def _get(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of ``ranges`` in one round trip (concurrent requests), retried, counted, checked."""
+        if os.getpid() != self._pid:  # a forked copy: the event loop that fetches runs in the parent only
+            raise SourceError("cannot fetch in a forked process (its parent opened the file)", file=self.path)
         t0 = time.perf_counter()
 
         def fetch() -> list[Any]:

@@ -8,6 +8,7 @@ through fsspec behind :class:`~refindex.source.BlockCache`, whose cache
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -76,14 +77,51 @@ class Source:
 
 def file_info(fs: Any, path: str) -> dict[str, Any]:
     """What an index records about its source: size, and etag and/or mtime when the store has them."""
+    return _described(_stat(lambda: with_retries(fs.info, path), path))
+
+
+def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, Any], tuple[bytes, bytes] | None]:
+    """:func:`file_info` and the file's head and tail for the block cache, in one round trip.
+
+    The size is not known before the ``info`` call answers, so the tail is asked for as
+    a suffix range (the last ``tail_read`` bytes plus a block, which :class:`BlockCache` cuts to
+    whole blocks).  Filesystems without an async API, or reads that fail, leave the ends
+    to the cache (None): only the ``info`` call's own failure is an error here.
+    """
+    if not getattr(fs, "async_impl", False) or not cache.first_read or not cache.tail_read:
+        return file_info(fs, path), None
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(fs._info(path), fs._cat_file(path, start=0, end=cache.first_read),
+                                    fs._cat_file(path, start=-(cache.tail_read + cache.block_size)),
+                                    return_exceptions=True)
+
+    def once() -> list[Any]:
+        out = sync(fs.loop, together)
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        return out
+
+    info, head, tail = _stat(lambda: with_retries(once), path)
+    ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
+    return _described(info), ends
+
+
+def _stat(call: Any, path: str) -> dict[str, Any]:
     try:
-        info = with_retries(fs.info, path)
+        return call()
     except FileNotFoundError as e:
         raise SourceError("file not found", file=path) from e
     except PermissionError as e:
         raise SourceError(f"permission denied ({e})", file=path) from e
     except Exception as e:
         raise SourceError(f"could not stat file: {e}", file=path) from e
+
+
+def _described(info: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"size": int(info.get("size") or 0)}
     for key in ("ETag", "etag", "md5Hash", "generation"):
         if info.get(key):
@@ -135,9 +173,14 @@ def open_source(
         return
 
     fs, path = filesystem_of(url, storage_options)
-    info = file_info(fs, path)
+    cache = cache or CacheOptions()
+    t0 = time.perf_counter()
+    info, ends = info_and_ends(fs, path, cache)
     stats = ReadStats()
-    raw = BlockCache(fs, path, info["size"], cache, stats)
+    if ends is not None:  # fetched together with the info call: one round trip, two requests
+        stats.round_trips, stats.requests, stats.bytes_fetched = 1, 2, len(ends[0]) + len(ends[1])
+        stats.seconds = time.perf_counter() - t0
+    raw = BlockCache(fs, path, info["size"], cache, stats, ends=ends)
     if not has_hdf5_signature(lambda off, n: raw.read_range(off, off + n), raw.size):
         raise NotHDF5Error(f"not an HDF5 file: {describe(raw.read_range(0, 64))}", file=url)
     try:
