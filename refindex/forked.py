@@ -11,7 +11,9 @@ costs ~0.3 s of start-up and imports, and the parent never loads libhdf5 at all.
 is only safe in a process with one thread (a fork copies one thread; locks held by the
 others stay locked forever in the child), so :func:`can_fork` checks that, native threads
 included; otherwise, or without ``os.fork``, the job goes to a fresh-interpreter Worker.
-The Python API does not use this: a library must not fork behind its caller's back.
+The Python API does not use this: a scan that depends on a child process the caller did
+not ask for would inherit the caller's threads and locks.  (The split walk of
+:mod:`refindex.scanner._split` forks a helper the scan never waits for.)
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ def run_batch(
     """
     if format not in (*SUFFIX, "icechunk"):
         raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
-    scan_options = options_from(options, keywords).but(storage_options=dict(storage_options or {}))
+    scan_options = _batch_options(options, keywords, storage_options, workers, dask)
     for bad in ("url", "follow_external"):
         if getattr(scan_options, bad):
             raise RefindexError(f"{bad} is not supported by batch indexing")
@@ -170,6 +170,16 @@ def run_batch(
         report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
                                           storage_options=storage_options, timeout=timeout)
     return report
+
+
+def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
+                   workers: int | None, dask: Any) -> ScanOptions:
+    """The scan options of every file.  Several scans at once keep the cores busy: none also
+    forks a helper for its walk, unless asked to."""
+    chosen = options_from(options, keywords).but(storage_options=dict(storage_options or {}))
+    if chosen.split_walk is None and (dask is not None or workers is None or int(workers) > 1):
+        return chosen.but(split_walk=False)
+    return chosen
 
 
 def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, collect: Any) -> None:

@@ -17,19 +17,50 @@ from ._attrs import attributes_of, object_id_of
 from ._context import ScanContext
 from ._dataset import build_array
 from ._inline import defer_small, read_deferred
+from ._split import split_worthwhile, walk_split
 
 _NC_DIMENSION_ONLY = "This is a netCDF dimension but not a netCDF variable"
 
 
 def scan_file(ctx: ScanContext) -> Tree:
-    """Walk ``ctx.f`` into ``ctx.tree``: every group, dataset and link, small chunks read at the end."""
+    """Walk ``ctx.f`` into ``ctx.tree``: every group, dataset and link, small chunks read at the end.
+
+    Each group is visited on its own (its attributes, links and datasets, not its
+    subgroups), in the order of :func:`index_objects`, so the walk can be shared with a
+    helper process (:func:`~refindex.scanner.walk_split`); the tree is put in depth-first
+    path order afterwards either way.
+    """
     t0 = time.perf_counter()
     ctx.tree.root_object_id = object_id_of(ctx.f)
-    index_objects(ctx)
-    visit_group(ctx, ctx.f, "/")
+    # a name with a backslash is refused (or skipped) by its parent's visit, with all below it
+    groups = [p for p in index_objects(ctx) if "\\" not in p]
+    if not (split_worthwhile(ctx, groups) and walk_split(ctx, groups, visit_path)):
+        for path in groups:
+            visit_path(ctx, path)
+    in_path_order(ctx.tree)
     read_deferred(ctx)
     ctx.tree.provenance["scan_seconds"] = round(time.perf_counter() - t0, 4)
     return ctx.tree
+
+
+def visit_path(ctx: ScanContext, path: str) -> None:
+    visit_group(ctx, ctx.f if path == "/" else ctx.f[path], path)
+
+
+def path_key(path: str) -> tuple[str, ...]:
+    """Sort key of HDF5 paths in depth-first order of sorted names: a group, then its members."""
+    return () if path == "/" else tuple(path[1:].split("/"))
+
+
+def in_path_order(tree: Tree) -> None:
+    """Groups, arrays, links and the skipped and omitted lists in depth-first path order
+    (the order of a recursive walk), whichever order and process visited them."""
+    tree.groups = dict(sorted(tree.groups.items(), key=lambda kv: path_key(kv[0])))
+    tree.arrays = dict(sorted(tree.arrays.items(), key=lambda kv: path_key(kv[0])))
+    tree.links.sort(key=lambda link: path_key(join(link.parent, link.name)))
+    tree.skipped.sort(key=lambda s: path_key(s.get("path") or "/"))
+    if "omitted" in tree.provenance:
+        tree.provenance["omitted"].sort(key=lambda s: path_key(s["path"]))
 
 
 def children(ctx: ScanContext, g: h5py.Group, path: str) -> list[str]:
@@ -65,13 +96,16 @@ def link_value(ctx: ScanContext, g: h5py.Group, name: str, child: str) -> tuple[
     return text["target path"], text.get("file name")
 
 
-def index_objects(ctx: ScanContext) -> None:
-    """First pass over hard links: the canonical (first, sorted depth-first) path of every object."""
+def index_objects(ctx: ScanContext) -> list[str]:
+    """First pass over hard links: the canonical (first, sorted depth-first) path of every
+    object; returns the canonical paths of the groups, depth-first."""
     stack: list[tuple[str, Any]] = [("/", ctx.f)]
     ctx.canonical[object_key(ctx.f)] = "/"
     datasets = 0
+    groups: list[str] = []
     while stack:
         path, g = stack.pop()
+        groups.append(path)
         kids = []
         for name in children(ctx, g, path):
             try:
@@ -95,10 +129,14 @@ def index_objects(ctx: ScanContext) -> None:
                 raise ctx.fail(child, f"cannot open object: {e}", RefindexError) from e
         stack.extend(reversed(kids))
     ctx.progress.start(datasets)
+    return groups
 
 
 def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
-    ctx.tree.groups[path] = GroupNode(path, attributes_of(ctx, g, path), object_id_of(g))
+    """One group: its attributes, links and datasets (its subgroups are visited on their own)."""
+    attrs = attributes_of(ctx, g, path)
+    oid = attrs.get("object_id")  # read with the others: opening it again costs as much
+    ctx.tree.groups[path] = GroupNode(path, attrs, oid if isinstance(oid, str) else object_id_of(g))
     for name in children(ctx, g, path):
         child = join(path, name)
         if "\\" in name:
@@ -127,7 +165,7 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
             ctx.tree.links.append(LinkNode(name, path, "hard", canon, target_object_id=object_id_of(obj)))
             continue
         if isinstance(obj, h5py.Group):
-            visit_group(ctx, obj, child)
+            continue  # in the list index_objects made: visited on its own
         elif isinstance(obj, h5py.Dataset) and netcdf_dimension_only(obj):
             # A netCDF-4 dimension without a variable is a placeholder scale with no data;
             # as an array, xarray would show it as a bogus coordinate.  The dimension
