@@ -305,6 +305,55 @@ def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
             hio.close()
 
 
+def test_the_main_recording_read_ahead_is_inflated_in_the_background(tmp_path):
+    """A zlib chunk read ahead is handed to zarr as stored (level 0) zlib: the same values,
+    decoded by a copy instead of an inflate while the first plot waits."""
+    pytest.importorskip("pynwb")
+    from datetime import datetime, timezone
+
+    from hdmf.backends.hdf5 import H5DataIO
+    from pynwb import NWBHDF5IO, NWBFile, TimeSeries
+
+    path = tmp_path / "gz.nwb"
+    values = (np.random.default_rng(4).standard_normal((6000, 8)) * 1000).astype("i2")
+    f = NWBFile(session_description="d", identifier="gz", session_start_time=datetime(2024, 1, 1, tzinfo=timezone.utc))
+    f.add_acquisition(TimeSeries(name="rec", data=H5DataIO(values, compression="gzip", chunks=(2000, 8)),
+                                 unit="V", rate=1000.0))
+    with NWBHDF5IO(str(path), "w") as io:
+        io.write(f)
+    with moto_s3() as s3:
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+        fs.mkdir("gz-bucket")
+        fs.put(str(path), "gz-bucket/gz.nwb")
+        nwb = refindex.open_nwb("s3://gz-bucket/gz.nwb", storage_options=s3, cache=False)
+        store = nwb.refindex_io._file.store
+        ahead = store._ahead["acquisition/rec/data/0.0"]
+        deadline = time.monotonic() + 30
+        while not ahead.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ahead.result()[:2] == b"\x78\x01"  # zlib, stored blocks
+        assert_same_values(values, nwb.acquisition["rec"].data[:])
+        assert store.stats.keys.count("acquisition/rec/data/0.0") == 1
+
+
+def test_stored_zlib_keeps_what_it_cannot_recode():
+    import zlib
+
+    import numcodecs
+
+    from refindex.read._nwb import stored_zlib
+
+    plain = np.arange(5000, dtype="<i2").tobytes()
+    doc = {"compressor": {"id": "zlib", "level": 4}, "filters": None, "dtype": "<i2", "chunks": [5000]}
+    recode = stored_zlib(doc)
+    packed = zlib.compress(plain, 4)
+    assert numcodecs.Zlib().decode(recode("k", packed)) == plain and recode("k", packed)[:2] == b"\x78\x01"
+    assert stored_zlib({**doc, "chunks": [4000]})("k", packed) == packed  # not the chunk's size: as it was
+    assert recode("k", b"not zlib") == b"not zlib"
+    assert stored_zlib({**doc, "compressor": {"id": "gzip"}}) is None
+    assert stored_zlib({**doc, "filters": [{"id": "shuffle"}]}) is None
+
+
 def test_open_and_info_take_an_hdf5_file(h5path, tmp_path):
     with h5py.File(h5path, "w") as f:
         f["x"] = np.arange(100_000, dtype="i4")

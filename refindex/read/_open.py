@@ -9,7 +9,7 @@ remote targets created asynchronous too.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,7 +60,17 @@ class ReadOptions:
 
 
 def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
-    """(the index of ``refs``, the options to read it with), the index checked against its source.
+    """(the index of ``refs``, the options to read it with), the index checked against its source
+    (see :func:`prepare_unchecked`)."""
+    loaded, opts, check = prepare_unchecked(refs, opts)
+    check()
+    return loaded, opts
+
+
+def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, Callable[[], None]]:
+    """(the index of ``refs``, the options to read it with, the check of the index against its
+    source): a caller may start reading while the check's round trip runs, as long as it
+    calls the check before it hands anything out.
 
     ``refs`` is an index or an HDF5 file/URL (indexed on the fly, through the cache); for an
     HDF5 input ``storage_options`` reach the file, so they also serve as the
@@ -80,11 +90,14 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
         opts = replace(opts, trust=True)
     if fresh and opts.storage_options and opts.remote_options is None:
         opts = replace(opts, remote_options=opts.storage_options)
-    if opts.check_source and not fresh:
-        from ._provenance import check_source
 
-        check_source(loaded, storage_options=opts.remote_options)
-    return loaded, opts
+    def check() -> None:
+        if opts.check_source and not fresh:
+            from ._provenance import check_source
+
+            check_source(loaded, storage_options=opts.remote_options)
+
+    return loaded, opts, check
 
 
 def check_index(loaded: Any, opts: ReadOptions) -> bool:

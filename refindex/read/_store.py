@@ -83,6 +83,7 @@ class IndexStore(Store):
         self._pending: dict[str, list[tuple[int, int, str, asyncio.Future]]] = {}
         self._flush_scheduled = False
         self._ahead: dict[str, asyncio.Future] = {}
+        self._asked: set[str] = set()  # read-ahead keys a get() waits for
         self.stats = FetchStats()
 
     def __str__(self) -> str:
@@ -129,6 +130,7 @@ class IndexStore(Store):
                   ) -> Buffer | None:
         data = self.inline(key)
         if data is None and key in self._ahead:
+            self._asked.add(key)  # bytes not in yet: hand them out as they come, not recoded
             data = await _taken(self._ahead.pop(key))
         if data is None:
             ref = self.reference(key)
@@ -176,12 +178,15 @@ class IndexStore(Store):
                 yield child
 
     # ------------------------------------------------------------------ read-ahead
-    def read_ahead(self, keys: Iterable[str]) -> int:
+    def read_ahead(self, keys: Iterable[str], recode: Callable[[str, bytes], bytes] | None = None) -> int:
         """Start fetching the referenced ``keys`` now, in the background, for a later :meth:`get`.
 
         For what a reader will almost surely ask for next (the first chunk a notebook
         plots): its round trip then overlaps with work the caller does meanwhile.  Each
-        key's bytes are handed out once and then dropped.  Returns the bytes requested.
+        key's bytes are handed out once and then dropped.  ``recode(key, data)``, run once a
+        key's bytes arrive (unless a reader already waits for them), may hand out an
+        equivalent encoding that decodes faster (see ``refindex.read._nwb``).  Returns the
+        bytes requested.
         """
         wanted = [(k, ref) for k in keys if k not in self._ahead and (ref := self.reference(k)) and ref[2]]
         if not wanted:
@@ -190,12 +195,13 @@ class IndexStore(Store):
 
         async def start() -> None:
             for key, (url, offset, size) in wanted:
-                self._ahead[key] = asyncio.ensure_future(self._fetch_one(key, url, offset, size))
+                self._ahead[key] = asyncio.ensure_future(self._fetch_one(key, url, offset, size, recode))
 
         sync(start())  # registered before this returns: a get() right after finds them
         return sum(size for _, (_, _, size) in wanted)
 
-    async def _fetch_one(self, key: str, url: str, offset: int, size: int) -> bytes:
+    async def _fetch_one(self, key: str, url: str, offset: int, size: int,
+                         recode: Callable[[str, bytes], bytes] | None = None) -> bytes:
         """One range as one request (not merged or split: it runs beside other work)."""
         (data,) = await _with_retries(self._read_ranges, url, [(offset, offset + size)])
         if len(data) != size:
@@ -204,7 +210,11 @@ class IndexStore(Store):
         self.stats.round_trips += 1
         self.stats.bytes_fetched += size
         self.stats.keys.append(key)
-        return data
+        if recode is None or key in self._asked:  # a reader waits: recoding would cost it more than it saves
+            return data
+        # Here, not in a worker thread: a recode takes a few ms (zlib lets go of the GIL),
+        # while the hop to a thread and back takes tens of ms beside a busy main thread.
+        return recode(key, bytes(data))
 
     # ------------------------------------------------------------------ batched fetches
     async def _fetch(self, key: str, url: str, offset: int, size: int | None) -> bytes:
