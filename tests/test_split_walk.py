@@ -184,3 +184,56 @@ def test_corpus_split_as_it_walks():
         if out[0] != out[1]:
             differ.append(row["relpath"])
     assert not differ
+
+
+_KILLED_PARENT = """
+import os, sys, time
+sys.path[:0] = {paths!r}
+import refindex
+from refindex.scanner import _walk
+from test_split_walk import to_memory
+url = to_memory({file!r})
+parent = os.getpid()
+real = _walk.visit_path
+
+def stall(ctx, path):
+    if os.getpid() != parent:
+        open({pidfile!r}, "w").write(str(os.getpid()))
+    time.sleep(600)  # both: the test kills this process meanwhile
+
+_walk.visit_path = stall
+refindex.scan(url, split_walk=True)
+"""
+
+
+def test_the_helper_dies_with_its_parent(many, tmp_path):
+    """A scan killed mid-walk (a time limit, a user) leaves no helper behind."""
+    import signal
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "helper.pid"
+    code = _KILLED_PARENT.format(paths=[os.path.dirname(__file__), os.path.dirname(os.path.dirname(__file__))],
+                                 file=str(many), pidfile=str(pidfile))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "the helper never started"
+            time.sleep(0.05)
+        helper = int(pidfile.read_text())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def alive() -> bool:
+        try:
+            with open(f"/proc/{helper}/status") as fh:
+                return not any(line.startswith("State:") and "Z" in line for line in fh)
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive()
