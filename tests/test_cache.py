@@ -142,3 +142,30 @@ def test_default_cache_scan_equals_local_scan(tmp_path):
     remote["refindex"]["source"] = local["refindex"]["source"] = None  # etag/mtime differ by backend
     assert json_roundtrip(remote) == json_roundtrip(local)
     assert stats["bytes_fetched"] <= path.stat().st_size
+
+
+def test_only_backends_known_to_read_suffix_ranges_are_asked_for_one():
+    """A backend that read ``start=-n`` another way would put wrong bytes where the tail is kept."""
+    from fsspec.asyn import AsyncFileSystem
+
+    from refindex.source._open import info_and_ends
+
+    data = bytes(range(256)) * 40
+
+    class Elsewhere(AsyncFileSystem):
+        protocol = "elsewhere"
+        asked: list = []
+
+        async def _info(self, path, **kw):
+            return {"name": path, "size": len(data), "type": "file"}
+
+        async def _cat_file(self, path, start=None, end=None, **kw):
+            self.asked.append((start, end))
+            return data[max(0, start or 0): end]  # reads -n as 0: the head, not the tail
+
+    fs = Elsewhere(skip_instance_cache=True)
+    info, ends = info_and_ends(fs, "x", CacheOptions())
+    assert info["size"] == len(data) and ends is None and fs.asked == []
+    stats = ReadStats()
+    raw = BlockCache(fs, "x", len(data), CacheOptions(block_size=1000, first_read=2000, tail_read=2000), stats)
+    assert raw.read_range(0, len(data)) == data  # head and tail fetched by offset, as before

@@ -88,7 +88,7 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     whole blocks).  Filesystems without an async API, or reads that fail, leave the ends
     to the cache (None): only the ``info`` call's own failure is an error here.
     """
-    if not getattr(fs, "async_impl", False) or not cache.first_read or not cache.tail_read:
+    if not _suffix_ranges(fs) or not cache.first_read or not cache.tail_read:
         return file_info(fs, path), None
     import asyncio
 
@@ -108,6 +108,21 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     info, head, tail = _stat(lambda: with_retries(once), path)
     ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
     return _described(info), ends
+
+
+def _suffix_ranges(fs: Any) -> bool:
+    """Does ``fs`` read a negative start as the file's last bytes (an HTTP suffix range)?
+
+    fsspec's async base class does (``_process_limits``); the filesystems known to use it
+    for ranged reads (fsspec's http, s3fs) are asked so.  Others are not trusted with it: a
+    backend that read ``start=-n`` another way (gcsfs's concurrent reads split the range
+    from ``start`` up) would put the wrong bytes where the cache keeps the file's tail.
+    """
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool(getattr(fs, "async_impl", False)) and bool(set(protocols) & SUFFIX_RANGE_PROTOCOLS)
+
+
+SUFFIX_RANGE_PROTOCOLS = {"http", "https", "s3", "s3a"}
 
 
 def _stat(call: Any, path: str) -> dict[str, Any]:
