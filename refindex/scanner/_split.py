@@ -77,10 +77,13 @@ def walk_split(ctx: ScanContext, groups: list[str], visit: Visit) -> bool:
         os.close(r)
         os.close(w)
         return False
-    if pid == 0:
-        os.close(r)
-        _die_with(parent)
-        _help(ctx, groups, visit, w)
+    if pid == 0:  # the helper: whatever happens, it ends here, never back in the caller's code
+        try:
+            os.close(r)
+            _die_with(parent)
+            _help(ctx, groups, visit, w)
+        finally:
+            os._exit(1)
     os.close(w)
     try:
         _lead(ctx, groups, visit, r)
