@@ -158,6 +158,31 @@ def test_errors_and_skips_are_those_of_the_one_process_walk(tmp_path):
     assert json.loads(skipped)["refindex"]["skipped"]
 
 
+def test_progress_counts_the_helpers_datasets_once(many):
+    class Count:
+        def __init__(self):
+            self.total, self.done = None, 0
+
+        def start(self, datasets):
+            self.total = datasets
+
+        def chunks(self, n):
+            pass
+
+        def dataset_done(self):
+            self.done += 1
+
+        def close(self):
+            pass
+
+    url = to_memory(many)
+    counts = {}
+    for split in (True, False):
+        counts[split] = Count()
+        refindex.scan(url, split_walk=split, progress=counts[split])
+    assert counts[True].done == counts[False].done == counts[False].total > GROUPS
+
+
 def test_split_walk_is_not_recorded():
     assert "split_walk" not in ScanOptions(split_walk=True).recorded()
 

@@ -41,7 +41,7 @@ from ..progress import NoProgress
 from ._context import ScanContext
 
 MIN_GROUPS = 32  # fewer groups: the fork and the pickles cost about what the helper saves
-_HEADER = struct.Struct("<IQ")  # one message: group index, pickle length; then the pickle
+_HEADER = struct.Struct("<IIQ")  # one message: group index, datasets done, pickle length; then the pickle
 
 Visit = Callable[[ScanContext, str], None]
 
@@ -131,9 +131,9 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
             ctx.tree, ctx.deferred, counted.done = part, [], 0
             visit(ctx, groups[i])
             msg = pickle.dumps((part.groups, part.arrays, part.links, part.skipped,
-                                part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i]),
-                                counted.done), protocol=pickle.HIGHEST_PROTOCOL)
-            _write_all(w, _HEADER.pack(i, len(msg)) + msg)
+                                part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i])),
+                               protocol=pickle.HIGHEST_PROTOCOL)
+            _write_all(w, _HEADER.pack(i, counted.done, len(msg)) + msg)
         code = 0
     except BaseException:  # noqa: BLE001 - the parent visits whatever was not delivered
         pass
@@ -153,7 +153,8 @@ def _lead(ctx: ScanContext, groups: list[str], visit: Visit, r: int) -> None:
     inbox = _Inbox(r, len(groups))
     i = 0
     while i < inbox.front:
-        inbox.read()
+        for _ in range(inbox.read(i)):  # the helper's progress shows as it comes
+            ctx.progress.dataset_done()
         if i >= inbox.front:
             break
         visit(ctx, groups[i])
@@ -172,7 +173,10 @@ class _Inbox:
         self.parts: dict[int, bytes] = {}
         self.open = True
 
-    def read(self) -> None:
+    def read(self, mine: int) -> int:
+        """Take what has arrived; the datasets done in the groups that came whole, except
+        groups before ``mine`` (this process visited those itself)."""
+        done = 0
         while self.open:
             try:
                 data = os.read(self.fd, 1 << 20)
@@ -183,17 +187,19 @@ class _Inbox:
                 break
             self.buf += data
         while len(self.buf) >= _HEADER.size:
-            index, length = _HEADER.unpack_from(self.buf)
+            index, datasets, length = _HEADER.unpack_from(self.buf)
             if len(self.buf) < _HEADER.size + length:
                 break
             if index == self.front - 1:  # the helper goes strictly backwards
                 self.parts[index] = bytes(self.buf[_HEADER.size : _HEADER.size + length])
                 self.front = index
+                done += datasets if index >= mine else 0
             del self.buf[: _HEADER.size + length]
+        return done
 
 
 def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
-    groups, arrays, links, skipped, omitted, deferred, phony, done = pickle.loads(payload)
+    groups, arrays, links, skipped, omitted, deferred, phony = pickle.loads(payload)
     tree = ctx.tree
     tree.groups.update(groups)
     tree.arrays.update(arrays)
@@ -204,8 +210,6 @@ def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
     ctx.deferred.extend(deferred)
     if phony is not None:
         ctx.phony[path] = phony
-    for _ in range(done):
-        ctx.progress.dataset_done()
 
 
 def _stop(pid: int) -> None:
