@@ -37,6 +37,13 @@ def _inline(refs, key):
 # ---------------------------------------------------------------- what goes inline
 
 
+def _upload(s3: dict, path, key: str) -> None:
+    """Put ``path`` at ``key`` ("bucket/name") of the moto server ``s3``, making the bucket."""
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
+    fs.mkdir(key.split("/", 1)[0])
+    fs.put(str(path), key)
+
+
 def test_small_contiguous_datasets_are_inline(h5path):
     with h5py.File(h5path, "w") as f:
         f["scalar"] = 2.5  # contiguous, 8 bytes
@@ -83,9 +90,7 @@ def test_remote_scan_reads_small_datasets_in_one_batch(tmp_path):
             g["data"] = np.full(5000, i, dtype="f8")
             g["start"] = float(i)
     with moto_s3() as s3:
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
-        fs.mkdir("open-bucket")
-        fs.put(str(path), "open-bucket/scalars.h5")
+        _upload(s3, path, "open-bucket/scalars.h5")
         lean: dict = {}
         refindex.scan("s3://open-bucket/scalars.h5", storage_options=s3, stats=lean, inline_threshold=0,
                       inline_dataset_threshold=0)
@@ -259,9 +264,7 @@ def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monk
 
 def test_open_nwb_on_an_s3_url(many_objects, tmp_path):
     with moto_s3() as s3:
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
-        fs.mkdir("nwb-bucket")
-        fs.put(str(many_objects), "nwb-bucket/session.nwb")
+        _upload(s3, many_objects, "nwb-bucket/session.nwb")
         hio, hnwb = _hdf5_nwb(many_objects)
         try:
             nwb = refindex.open_nwb("s3://nwb-bucket/session.nwb", storage_options=s3, cache=tmp_path / "c",
@@ -281,9 +284,7 @@ def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
     path = tmp_path / "main.nwb"
     nwbfiles.build_main(path, tmp_path)
     with moto_s3() as s3:
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
-        fs.mkdir("ahead-bucket")
-        fs.put(str(path), "ahead-bucket/main.nwb")
+        _upload(s3, path, "ahead-bucket/main.nwb")
         hio, hnwb = _hdf5_nwb(path)
         try:
             nwb = refindex.open_nwb("s3://ahead-bucket/main.nwb", storage_options=s3, cache=False)
@@ -322,9 +323,7 @@ def test_the_main_recording_read_ahead_is_inflated_in_the_background(tmp_path):
     with NWBHDF5IO(str(path), "w") as io:
         io.write(f)
     with moto_s3() as s3:
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, **s3)
-        fs.mkdir("gz-bucket")
-        fs.put(str(path), "gz-bucket/gz.nwb")
+        _upload(s3, path, "gz-bucket/gz.nwb")
         nwb = refindex.open_nwb("s3://gz-bucket/gz.nwb", storage_options=s3, cache=False)
         store = nwb.refindex_io._file.store
         ahead = store._ahead["acquisition/rec/data/0.0"]
