@@ -41,7 +41,7 @@ class BlockCache(io.RawIOBase):
     def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None,
                  ends: tuple[bytes, bytes] | None = None):
         """``ends``: the file's first ``first_read`` and last ``tail_read + block_size`` bytes when the
-        caller fetched them already (see :func:`fetch_info_and_ends`); else they are fetched here."""
+        caller fetched them already (see ``source._open.info_and_ends``); else they are fetched here."""
         super().__init__()
         self.fs = fs
         self.path = path
