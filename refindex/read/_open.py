@@ -103,15 +103,9 @@ def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, C
 
     def check() -> None:
         if opts.check_source and not fresh:
-            from ._provenance import check_source, recorded_source
+            from ._provenance import check_source
 
-            options, policy = opts.remote_options, opts.redirect_policy()
-            source = (recorded_source(loaded) or {}).get("url") if isinstance(loaded, dict) else None
-            if policy is not None and str(source).startswith(("http://", "https://")):
-                from ._urlcheck import guard_redirects
-
-                options = guard_redirects(options, policy)  # its server's redirects are judged too
-            check_source(loaded, storage_options=options)
+            check_source(loaded, storage_options=opts.remote_options)
 
     return loaded, opts, check
 

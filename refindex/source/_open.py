@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .. import urls
-from ..errors import NotHDF5Error, RefindexError, SourceError
+from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._prefetch import prefetch_tree
@@ -128,11 +128,7 @@ SUFFIX_RANGE_PROTOCOLS = {"http", "https", "s3", "s3a"}
 def _stat(call: Any, path: str) -> dict[str, Any]:
     try:
         return call()
-    except RefindexError:  # e.g. a redirect the URL policy refused: as it is
-        raise
     except FileNotFoundError as e:
-        if isinstance(e.__cause__, RefindexError):  # fsspec's http info reports any failure so
-            raise e.__cause__ from None
         raise SourceError("file not found", file=path) from e
     except PermissionError as e:
         raise SourceError(f"permission denied ({e})", file=path) from e
