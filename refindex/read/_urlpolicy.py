@@ -35,9 +35,7 @@ provenance ``refindex.source.url``, the ``url`` of its external files) may name 
 at or beside them; the declared sources pass the same rules (the provenance source when
 the freshness check will ask it, an external file's ``url`` when a link leads to it).  ``allowed`` (URL prefixes ending at a ``/``,
 ``?``, ``#`` or ``:``, or patterns where ``*`` stands for anything) passes a URL whatever
-the rules say; ``trust=True`` passes everything.  A server's redirects are judged as they come
-(:meth:`UrlPolicy.redirect_refusal`, applied by ``_urlcheck.redirect_guard``), by the rules of
-the table only.
+the rules say; ``trust=True`` passes everything.
 """
 
 from __future__ import annotations
