@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import Any
 
 from ..model import RefsDocument
@@ -34,9 +33,7 @@ class ReadOptions:
     ``allowed_urls`` are URL prefixes (or patterns with ``*``) allowed whatever the rules say,
     ``trust`` allows everything, ``index_url`` is where the index came from (None for a dict
     made in memory; a service that fetched an index itself can name its origin here, so it is
-    judged as an index from there).  ``judged``: ``trust`` was granted because every URL the
-    index names passed the rules (not by the caller), so its servers' redirects are still
-    judged (:meth:`redirect_policy`).
+    judged as an index from there).
     """
 
     storage_options: dict[str, Any] = field(default_factory=dict)
@@ -47,7 +44,6 @@ class ReadOptions:
     allowed_urls: tuple[str, ...] = ()
     trust: bool = False
     index_url: str | None = None
-    judged: bool = False
 
     @classmethod
     def of(cls, *, storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
@@ -61,12 +57,6 @@ class ReadOptions:
     def url_policy(self) -> UrlPolicy:
         """The policy the URLs of the index read with these options are judged by."""
         return UrlPolicy(self.index_url, allowed=self.allowed_urls, trust=self.trust)
-
-    def redirect_policy(self) -> UrlPolicy | None:
-        """The policy a server's redirects are judged by (None: followed, for an index the caller trusts)."""
-        if self.trust and not self.judged:
-            return None
-        return UrlPolicy(self.index_url, allowed=self.allowed_urls)
 
 
 def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
@@ -97,7 +87,7 @@ def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, C
     if fresh:
         opts = replace(opts, trust=True)
     elif not opts.trust and check_index(loaded, opts):
-        opts = replace(opts, trust=True, judged=True)
+        opts = replace(opts, trust=True)
     if fresh and opts.storage_options and opts.remote_options is None:
         opts = replace(opts, remote_options=opts.storage_options)
 
@@ -169,10 +159,6 @@ def reference_fs(refs: Any, opts: ReadOptions):
     if protocol and protocol not in ("file", "local"):
         kwargs["remote_protocol"] = protocol
         kwargs["remote_options"] = {**(opts.remote_options or {}), "asynchronous": True}
-        if protocol in ("http", "https"):
-            from ._urlcheck import guard_redirects
-
-            kwargs["remote_options"] = guard_redirects(kwargs["remote_options"], opts.redirect_policy())
     elif opts.remote_options:
         kwargs["remote_options"] = opts.remote_options
     if not isinstance(refs, dict):
@@ -188,15 +174,12 @@ def index_store(refs: RefsDocument, opts: ReadOptions, *, label: str | None = No
     Every URL the index names is judged first, unless ``opts`` trust it.
     """
     from ._store import IndexStore, fsspec_range_reader
-    from ._urlcheck import guard_redirects
 
     check_index(refs, opts)
     register_reader_codecs(refs)
     body = refs.get("refs") if "version" in refs else refs
     per_protocol = {opts.remote_protocol: opts.remote_options or {}} if opts.remote_protocol else None
-    policy = opts.redirect_policy()
-    reader = fsspec_range_reader(None if opts.remote_protocol else opts.remote_options, per_protocol,
-                                 None if policy is None else partial(guard_redirects, policy=policy))
+    reader = fsspec_range_reader(None if opts.remote_protocol else opts.remote_options, per_protocol)
     name = label or "refindex:" + str((refs.get("templates") or {}).get("u") or id(refs))
     return IndexStore(body, refs.get("templates"), reader, label=name)
 

@@ -22,7 +22,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ..errors import RefindexError, SourceError
+from ..errors import SourceError
 from ..source import is_transient, merge_ranges, retry_policy
 
 _TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")
@@ -248,7 +248,7 @@ class IndexStore(Store):
                     raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=url)
             datas = [b"".join(pieces[i] for i in owned) for owned in owner]
         except BaseException as e:  # every waiting chunk gets the failure
-            err = e if isinstance(e, RefindexError) else SourceError(f"could not read chunk bytes: {e}", file=url)
+            err = e if isinstance(e, SourceError) else SourceError(f"could not read chunk bytes: {e}", file=url)
             for *_, fut in items:
                 if not fut.done():
                     fut.set_exception(err)
@@ -305,14 +305,11 @@ async def _with_retries(call: RangeReader, url: str, spans: list[tuple[int, int]
 
 
 def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
-                        protocol_options: Mapping[str, Mapping[str, Any]] | None = None,
-                        http_options: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> RangeReader:
+                        protocol_options: Mapping[str, Mapping[str, Any]] | None = None) -> RangeReader:
     """An async range reader over fsspec: local files in a thread, the rest through async filesystems.
 
-    ``remote_options`` apply to every remote protocol; ``protocol_options`` to one each;
-    ``http_options`` turns the options of an http(s) filesystem into those it is made with
-    (the redirect guard of an index from elsewhere).  Filesystems are created on first
-    use, on the event loop that reads (zarr's own).
+    ``remote_options`` apply to every remote protocol; ``protocol_options`` to one each.
+    Filesystems are created on first use, on the event loop that reads (zarr's own).
     """
     import fsspec
 
@@ -336,8 +333,6 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
         fs = filesystems.get(protocol)
         if fs is None:
             opts = {**(remote_options or {}), **((protocol_options or {}).get(protocol) or {})}
-            if http_options is not None and protocol in ("http", "https"):
-                opts = http_options(opts)
             fs = fsspec.filesystem(protocol, asynchronous=True, **opts)
             filesystems[protocol] = fs
         target = url if protocol in ("http", "https") else fs._strip_protocol(url)

@@ -139,43 +139,6 @@ def check_mapping(policy: UrlPolicy, references: Mapping[str, Any]) -> None:
             raise untrusted(policy, key, url, why, uses)
 
 
-def redirect_guard(policy: UrlPolicy) -> Any:
-    """An aiohttp ``TraceConfig`` that stops a redirect ``policy`` refuses before it is followed.
-
-    A URL an index names passes the policy, but its server may answer with a redirect to
-    anywhere (the cloud metadata endpoint, a host on the reader's network): every hop is
-    judged like a URL (:meth:`UrlPolicy.redirect_refusal`).
-    """
-    import aiohttp
-    from yarl import URL
-
-    async def on_redirect(session: Any, context: Any, params: Any) -> None:
-        location = params.response.headers.get("Location")
-        if not location:
-            return
-        target = str(params.response.url.join(URL(location)))
-        why = policy.redirect_refusal(target)
-        if why:
-            raise UntrustedReference(
-                f"{params.url} redirects to {target}: {why}. refindex follows it only when allowed: "
-                f"allowed_urls=[{target!r}] (CLI: --allow-url URL), or trust=True (--trust) for an index you trust",
-                key="(a redirect)", url=target, uses=0, file=policy.index)
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_redirect.append(on_redirect)
-    return trace
-
-
-def guard_redirects(options: Mapping[str, Any] | None, policy: UrlPolicy | None) -> dict[str, Any]:
-    """fsspec http options whose session judges every redirect (``policy`` None: as they are)."""
-    options = dict(options or {})
-    if policy is None or policy.trust:
-        return options
-    client = dict(options.get("client_kwargs") or {})
-    client["trace_configs"] = [*(client.get("trace_configs") or []), redirect_guard(policy)]
-    return {**options, "client_kwargs": client}
-
-
 def guarded_reference_fs(policy: UrlPolicy | None, **kwargs: Any) -> Any:
     """fsspec's ``ReferenceFileSystem(**kwargs)``, asking ``policy`` about the URL of every key before
     reading it (None: no questions).  References held as a dict are checked whole at once."""
@@ -190,7 +153,7 @@ def _guarded_class() -> Any:
     global _GUARDED
     if _GUARDED is not None:
         return _GUARDED
-    from fsspec.implementations.reference import ReferenceFileSystem, ReferenceNotReachable
+    from fsspec.implementations.reference import ReferenceFileSystem
 
     class GuardedReferenceFileSystem(ReferenceFileSystem):
         """Every read resolves a key through ``_cat_common`` (``info`` of a whole-file reference
@@ -209,18 +172,6 @@ def _guarded_class() -> Any:
             part, s, e = super()._cat_common(path, start, end)
             self._admit(path, part)
             return part, s, e
-
-        async def _cat_file(self, path, start=None, end=None, **kwargs):
-            try:
-                return await super()._cat_file(path, start=start, end=end, **kwargs)
-            except ReferenceNotReachable as e:  # a redirect refused: the refusal, not "unreachable"
-                raise e.__cause__ if isinstance(e.__cause__, UntrustedReference) else e
-
-        async def _cat(self, path, *args, **kwargs):
-            try:
-                return await super()._cat(path, *args, **kwargs)
-            except ReferenceNotReachable as e:
-                raise e.__cause__ if isinstance(e.__cause__, UntrustedReference) else e
 
         def info(self, path, **kwargs):
             self._admit_whole(path)

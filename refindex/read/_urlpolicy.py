@@ -213,18 +213,6 @@ class UrlPolicy:
             self._verdicts[url] = None if allowed else (self._judge(url) or self._undeclared(url))
         return self._verdicts[url]
 
-    def redirect_refusal(self, url: str) -> str | None:
-        """Why a server's redirect to ``url`` must not be followed; None when it may be.
-
-        The rules by kind of URL and host only: a redirect's target is the server's choice,
-        not a URL the index names, so the rule that an index names only URLs beside its
-        declared sources does not apply (a download link of an archive's API may send its
-        reader to a bucket on another host).
-        """
-        if self.trust or any(pattern_matches(url, p) for p in self.allowed):
-            return None
-        return self._judge(url)
-
     def _judge(self, url: str) -> str | None:
         protocol, _ = split_protocol(url)
         if "::" in (protocol or url):  # "simplecache::https://...": "::" in an IPv6 host is no chain
