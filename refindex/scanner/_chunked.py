@@ -39,7 +39,10 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
         return inline_decoded(ctx, d, node, plan, str(e))
     if strpad:  # applied last when reading: after every HDF5 filter is undone
         node.filters = [strpad] + (node.filters or [])
-    table, masks = listed_chunks(ctx, d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape, dcpl)
+    table, masks, why = listed_chunks(ctx, d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape,
+                                      dcpl)
+    if why:
+        return inline_decoded(ctx, d, node, plan, why)
     # Chunks left beyond the current extent (a dataset shrunk after writing) hold no elements.
     grid = np.asarray([-(-n // c) for n, c in zip(node.shape, chunks)], dtype=np.int64)
     inside = (table.coords < grid).all(axis=1) if len(table) else np.zeros(0, bool)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ._base import DatasetFacts, Fetch, FileFacts, Listing, Reader, Unparsed
+from ._base import DatasetFacts, Fetch, FileFacts, Listing, Reader, Unparsed, chunk_size_width
 from ._btree1 import read_btree1
 from ._btree2 import read_btree2
 from ._direct import read_implicit, read_single
@@ -41,6 +41,7 @@ def read_chunk_index(fetch: Fetch, facts: FileFacts, ds: DatasetFacts,
     if ds.itemsize is None:  # variable-length types: h5py reports their size in memory, the layout the stored one
         ds = replace(ds, itemsize=layout.dims[-1])
     reader = Reader(fetch, facts, layout.index)
+    reader.size_width = facts.sizeof_size if layout.version >= 5 else chunk_size_width(ds.chunk_bytes)
     try:
         listing = READERS[layout.index](reader, ds, layout, progress)
     except Unparsed as e:

@@ -93,8 +93,9 @@ class Listing:
 
 
 def chunk_size_width(chunk_bytes: int) -> int:
-    """Bytes libhdf5 gives the size field of a filtered chunk record (fixed/extensible arrays, v2 B-trees):
-    enough for the unfiltered chunk size plus one byte of growth, at most 8."""
+    """Bytes libhdf5 gives the size field of a filtered chunk record (fixed/extensible arrays, v2 B-trees)
+    under a version 4 layout: enough for the unfiltered chunk size plus one byte of growth, at most 8.
+    (A version 5 layout, HDF5 2.0, gives it the file's size of lengths.)"""
     return min(8, 1 + (max(chunk_bytes, 1).bit_length() - 1 + 8) // 8)
 
 
@@ -141,6 +142,7 @@ class Reader:
         self.index = index
         self.rounds = 0  # fetch calls: each is one wait (its ranges are fetched concurrently)
         self.nbytes = 0
+        self.size_width = 0  # bytes of a filtered chunk's size field in index records (see read_chunk_index)
 
     def fail(self, reason: str) -> Unparsed:
         return Unparsed(reason, self.index)

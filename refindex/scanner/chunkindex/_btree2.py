@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import DatasetFacts, Listing, Reader, batches, chunk_size_width, signature_ok, uint
+from ._base import DatasetFacts, Listing, Reader, batches, signature_ok, uint
 from ._layout import Layout
 from ._lookup3 import checksums_ok
 
@@ -46,7 +46,7 @@ def read_btree2(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None)
     size = 22 + sa + ss
     h = reader.one(layout.address, size, "v2 B-tree header")
     kind = 11 if ds.filtered else 10
-    rec = sa + 8 * rank + ((chunk_size_width(ds.chunk_bytes) + 4) if ds.filtered else 0)
+    rec = sa + 8 * rank + ((reader.size_width + 4) if ds.filtered else 0)
     if not signature_ok(h, b"BTHD")[0] or h[0, 4] != 0 or h[0, 5] != kind \
             or not checksums_ok(h, np.asarray([size - 4]))[0]:
         raise reader.fail("a v2 B-tree header that is not this dataset's (signature, type or checksum)")
@@ -114,7 +114,7 @@ def _decode(reader: Reader, ds: DatasetFacts, flat: np.ndarray) -> Listing:
     sa, rank = reader.facts.sizeof_addr, len(ds.chunks)
     addrs = uint(flat, 0, sa)
     if ds.filtered:
-        width = chunk_size_width(ds.chunk_bytes)
+        width = reader.size_width
         sizes, masks = uint(flat, sa, width), uint(flat, sa + width, 4).astype(np.uint32)
         at = sa + width + 4
     else:

@@ -5,21 +5,21 @@ Header ``FAHD`` (client, element size, page bits, number of elements, data block
 data block ``FADB`` (header address, then either the elements or, when there are more than
 2^page bits, a bitmap of initialised pages followed by the pages themselves, each with its
 checksum).  An element is the chunk's address (unfiltered) or address, stored size
-(:func:`~._base.chunk_size_width` bytes) and filter mask.  Every checksum is verified.
+(``Reader.size_width`` bytes) and filter mask.  Every checksum is verified.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import DatasetFacts, Listing, Reader, batches, chunk_size_width, signature_ok, uint, unravel
+from ._base import DatasetFacts, Listing, Reader, batches, signature_ok, uint, unravel
 from ._layout import Layout
 from ._lookup3 import checksums_ok
 
 
 def element_size(reader: Reader, ds: DatasetFacts) -> int:
     sa = reader.facts.sizeof_addr
-    return sa + chunk_size_width(ds.chunk_bytes) + 4 if ds.filtered else sa
+    return sa + reader.size_width + 4 if ds.filtered else sa
 
 
 def decode_elements(reader: Reader, ds: DatasetFacts, rows: np.ndarray, numbers: np.ndarray, grid: np.ndarray,
@@ -32,7 +32,7 @@ def decode_elements(reader: Reader, ds: DatasetFacts, rows: np.ndarray, numbers:
     if limit is not None:
         keep &= numbers < np.uint64(limit)
     if ds.filtered:
-        width = chunk_size_width(ds.chunk_bytes)
+        width = reader.size_width
         sizes, masks = uint(rows, sa, width)[keep], uint(rows, sa + width, 4)[keep].astype(np.uint32)
     else:
         sizes = np.full(int(keep.sum()), ds.chunk_bytes, np.uint64)

@@ -195,7 +195,7 @@ def decode_layout(data: bytes, facts: FileFacts) -> Layout:
         if cls != 2:
             raise Unparsed(f"layout class {cls}", "layout")
         return Layout(3, "btree1", le(data, 3, sa), tuple(le(data, 3 + sa + 4 * i, 4) for i in range(ndims)))
-    if version != 4:
+    if version not in (4, 5):  # 5 (HDF5 2.0): version 4's fields; only the index records' size fields differ
         raise Unparsed(f"layout message version {version}", "layout")
     return _decode_v4(data, facts)
 
@@ -227,4 +227,4 @@ def _decode_v4(data: bytes, facts: FileFacts) -> Layout:
     elif name == "btree2":
         params = {"node_size": le(data, at, 4), "split": le(data, at + 4, 1), "merge": le(data, at + 5, 1)}
         at += 6
-    return Layout(4, name, le(data, at, facts.sizeof_addr), dims, flags, params)
+    return Layout(data[0], name, le(data, at, facts.sizeof_addr), dims, flags, params)
