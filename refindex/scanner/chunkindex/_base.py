@@ -16,6 +16,7 @@ import numpy as np
 Fetch = Callable[[list[int], list[int]], list[bytes]]
 
 BATCH_BYTES = 32 << 20  # node bytes fetched and decoded at a time: memory stays bounded for 10^7 chunks
+MERGE_GAP = 64 << 10  # structures this close are fetched as one range (a gap costs less than a request)
 
 
 class Unparsed(Exception):
@@ -155,7 +156,11 @@ class Reader:
         return self.rows_sized(addrs, np.full(len(addrs), size, np.int64), size, what)
 
     def rows_sized(self, addrs: np.ndarray, sizes: np.ndarray, width: int, what: str) -> np.ndarray:
-        """``(n, width)`` matrix of ``sizes[i]`` bytes at each relative address, zero padded (one fetch)."""
+        """``(n, width)`` matrix of ``sizes[i]`` bytes at each relative address, zero padded (one fetch).
+
+        Structures close to each other (gaps up to :data:`MERGE_GAP`) are fetched as one range and cut
+        out of it with one numpy gather: a level of 10^4 nodes costs a few ranges, not 10^4 byte strings.
+        """
         addrs = np.asarray(addrs, np.uint64)
         sizes = np.asarray(sizes, np.int64)
         if not len(addrs):
@@ -167,16 +172,32 @@ class Reader:
             raise self.fail(f"a {what} lies beyond the end of the file")
         if (sizes <= 0).any() or int(sizes.max()) > width:
             raise self.fail(f"a {what} of an unexpected size")
-        datas = self.fetch(start.tolist(), sizes.tolist())
+        start = start.astype(np.int64)
+        order = np.argsort(start, kind="stable")
+        lo, hi = start[order], start[order] + sizes[order]
+        reach = np.maximum.accumulate(hi)
+        new = np.ones(len(lo), bool)
+        new[1:] = lo[1:] - reach[:-1] > MERGE_GAP
+        first = np.nonzero(new)[0]
+        span_lo = lo[first]
+        span_hi = np.maximum.reduceat(hi, first)
+        datas = self.fetch(span_lo.tolist(), (span_hi - span_lo).tolist())
         self.rounds += 1
         self.nbytes += int(sizes.sum())
-        if any(len(d) != int(s) for d, s in zip(datas, sizes.tolist())):
+        if any(len(d) != int(n) for d, n in zip(datas, (span_hi - span_lo).tolist())):
             raise self.fail(f"a short read of a {what}")
-        if int(sizes.min()) == width:
-            return np.frombuffer(b"".join(datas), np.uint8).reshape(len(datas), width)
-        out = np.zeros((len(datas), width), np.uint8)
-        for i, d in enumerate(datas):
-            out[i, :len(d)] = np.frombuffer(d, np.uint8)
+        span_of = np.cumsum(new) - 1  # per sorted row: its span
+        out = np.zeros((len(addrs), width), np.uint8)
+        same = bool((sizes == width).all())
+        for k, data in enumerate(datas):
+            rows = order[span_of == k]
+            buf = np.frombuffer(data, np.uint8)
+            at = start[rows] - span_lo[k]
+            if same:  # every row a window of the span: one gather from a strided view (no index arrays)
+                out[rows] = np.lib.stride_tricks.sliding_window_view(buf, width)[at]
+            else:
+                for r, o, n in zip(rows.tolist(), at.tolist(), sizes[rows].tolist()):
+                    out[r, :n] = buf[o:o + n]
         return out
 
     def one(self, addr: int, size: int, what: str) -> np.ndarray:
