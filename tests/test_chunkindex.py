@@ -102,7 +102,7 @@ def test_fuzzed_index_structures_fall_back_or_agree(tmp_path, capsys):
         for path in files:
             data = open(path, "rb").read()
             ranges = indexfiles.index_ranges(path)
-            for i in range(70):
+            for i in range(40):
                 buf = bytearray(data)
                 a, b = rng.choice(ranges)
                 what = rng.choice(["flip", "flip", "zero", "ff"])

@@ -151,11 +151,10 @@ def _big_latest(f: h5py.File) -> None:
     """Extensible arrays of 70,000 chunks (super blocks, paged data blocks, a page never written) and a
     version 2 B-tree of 10,000 chunks (two levels of internal nodes)."""
     n = 70_000
-    for tag, opts in (("plain", {}), ("gzip", {"compression": "gzip"})):
-        d = dataset(f, f"earray_big_{tag}", (n,), (1,), "u1", maxshape=(None,), **opts)
-        data = values((n,), "u1")
-        d[:40_000] = data[:40_000]
-        d[68_000:] = data[68_000:]  # elements 40,000-67,999 never written: whole pages left out
+    d = dataset(f, "earray_big", (n,), (1,), "u1", maxshape=(None,), compression="gzip")
+    data = values((n,), "u1")
+    d[:40_000] = data[:40_000]
+    d[68_000:] = data[68_000:]  # elements 40,000-67,999 never written: whole pages left out
     d = dataset(f, "btree2_big", (100, 100), (1, 1), "u1", maxshape=(None, None))
     d[...] = values((100, 100), "u1")
 

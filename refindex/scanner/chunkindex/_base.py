@@ -15,7 +15,7 @@ import numpy as np
 # (absolute offsets, sizes) -> the bytes of each range, through the source layer (merged, concurrent, retried)
 Fetch = Callable[[list[int], list[int]], list[bytes]]
 
-BATCH_BYTES = 32 << 20  # node bytes fetched and decoded at a time: memory stays bounded for 10^7 chunks
+BATCH_BYTES = 16 << 20  # node bytes fetched and decoded at a time: memory stays bounded for 10^7 chunks
 MERGE_GAP = 64 << 10  # structures this close are fetched as one range (a gap costs less than a request)
 
 
