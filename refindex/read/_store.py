@@ -53,6 +53,13 @@ class FetchStats:
         return {"requests": self.requests, "round_trips": self.round_trips, "bytes_fetched": self.bytes_fetched,
                 "keys_fetched": len(self.keys)}
 
+    def _repr_html_(self) -> str:
+        from ..display import fields
+
+        return fields([("requests", self.requests), ("round trips", self.round_trips),
+                       ("bytes fetched", self.bytes_fetched), ("keys fetched", len(self.keys))],
+                      title="read by reference")
+
 
 # (url, [(start, end)]) -> bytes of each range; runs on the store's event loop
 RangeReader = Callable[[str, list[tuple[int, int]]], Any]
