@@ -233,6 +233,10 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
     """
     if format not in FORMATS:
         raise RefindexError(f"unknown output format {format!r} (json or parquet)", file=os.fspath(output))
+    if not urls.is_local(os.fspath(output)):  # else it would land in a local folder named "s3:"
+        raise RefindexError("a single scan writes a local index file; to write indexes into object storage "
+                            "use refindex batch SOURCE -o URL (run_batch(..., output=URL)), or upload the file",
+                            file=os.fspath(output))
     if format == "parquet":
         if options.follow_external or options.isolate:
             raise RefindexError("follow_external and isolate are not supported with parquet output",
