@@ -234,7 +234,7 @@ def index_argument(args: argparse.Namespace, target: str) -> Any:
 
 
 def add_url_policy(p: Any) -> None:
-    """The flags that widen which URLs an index may make the reader fetch (see the README's table)."""
+    """The flags that widen which URLs an index may make the reader fetch (the table in docs/security.md)."""
     p.add_argument("--allow-url", action="append", default=[], metavar="PREFIX",
                    help="let the index's chunks be read from URLs under PREFIX (or matching a *-pattern) "
                         "even where the default rules refuse them; repeatable")

@@ -125,7 +125,7 @@ def run_batch(
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
-    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see README).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see docs/batch.md).
     Returns a :class:`BatchReport`; failures are in it, never raised.
     """
     if format not in (*SUFFIX, "icechunk"):
