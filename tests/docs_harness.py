@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -190,9 +191,10 @@ def _run_plan(plan_file: str) -> int:
 
     sys.path[0] = os.getcwd()  # as for a script in the page's folder, not tests/
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    started = time.perf_counter()
     for b in json.loads(Path(plan_file).read_text()):
         where = f"{b['page']}:{b['line']} ({b['lang']} block)"
-        print(f"--- {where}", flush=True)
+        print(f"--- {where}, at {time.perf_counter() - started:.1f} s", flush=True)
         if b["kind"] == "python":
             try:  # blank lines in front keep the page's line numbers in tracebacks
                 exec(compile("\n" * (b["line"] - 1) + b["code"], b["page"], "exec"), namespace)
