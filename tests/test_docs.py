@@ -149,11 +149,18 @@ def test_the_loopback_server_serves_ranges_etag_and_last_modified(tmp_path: Path
 
 
 def test_readme_is_short_and_its_links_resolve():
+    """README.md is not part of the site, so its links (and their #anchors) are checked here."""
+    from markdown.extensions.toc import slugify
+
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
-        if not re.match(r"[a-z]+:", target):
-            assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+    for target, anchor in re.findall(r"\]\(([^)#\s]+)(?:#([^)]*))?\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+        if anchor:
+            headings = re.findall(r"(?m)^#+ (.+)$", (ROOT / target).read_text(encoding="utf-8"))
+            assert anchor in {slugify(h, "-") for h in headings}, f"README.md links to {target}#{anchor}: no such heading"
 
 
 def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess:
