@@ -126,6 +126,8 @@ def run_batch(
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
     ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see docs/batch.md).
+    ``progress``: True (a notebook widget, a terminal bar, or plain lines in a log), ``"auto"``
+    (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.
     """
     if format not in (*SUFFIX, "icechunk"):
