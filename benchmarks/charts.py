@@ -151,11 +151,11 @@ def chart_of(table: Table) -> Chart | None:
 
 
 def _drop_uninformative(chart: Chart) -> None:
-    """Metrics with no ratio, with every ratio 1, or repeating an earlier metric's ratios are left out."""
+    """Metrics with no ratio, with every ratio 1, or repeating an earlier metric's ratios (to two digits) are left out."""
     kept: list[str] = []
     seen: list[list[float]] = []
     for m in chart.metrics:
-        values = [round(b.ratios[m], 3) for b in chart.bars if m in b.ratios]
+        values = [float(f"{b.ratios[m]:.2g}") for b in chart.bars if m in b.ratios]  # as the bars label them
         if not values or all(v == 1 for v in values) or values in seen:
             continue
         seen.append(values)
