@@ -346,7 +346,7 @@ def test_open_nwb_reads_a_v3_index_with_nwbzarrio(nwb3, main3, tmp_path):
 
 
 def linked_io_class():
-    """The README's recipe for external links, run as printed there (one override of hdmf-zarr's NWBZarrIO).
+    """docs/reading-elsewhere.md's recipe for external links, run as printed there (one override of NWBZarrIO).
 
     hdmf-zarr 0.14 resolves another file only for local directory stores: through any
     FsspecStore it concatenates ``str(store)`` with the source and fails.  ``resolve_ref``
@@ -354,7 +354,7 @@ def linked_io_class():
     """
     from hdmf_zarr.nwb import NWBZarrIO
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "reading-elsewhere.md").read_text()
     code = next(block for block in readme.split("```python")[1:] if "class LinkedNWBZarrIO" in block)
     namespace = {"NWBZarrIO": NWBZarrIO, "fsspec": fsspec, "zarr": zarr}
     exec(code.split("```", 1)[0], namespace)  # noqa: S102 - the documented recipe itself
