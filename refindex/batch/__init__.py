@@ -141,10 +141,7 @@ def run_batch(
         return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
                                   force=force, progress=progress, manifest=manifest, timeout=timeout,
                                   isolate=isolate, check=check)
-    if combine is not None and format != "json":
-        raise RefindexError("--combine needs JSON indexes (format='json')")
-    if combine is not None and scan_options.zarr_format != 2:
-        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
+    _check_combine(combine, format, scan_options)
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:
@@ -174,6 +171,14 @@ def run_batch(
         report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
                                           storage_options=storage_options, timeout=timeout)
     return report
+
+
+def _check_combine(combine: Any, format: str, scan_options: ScanOptions) -> None:  # noqa: A002
+    """A combined index is kerchunk's MultiZarrToZarr over v2 JSON indexes: refuse anything else up front."""
+    if combine is not None and format != "json":
+        raise RefindexError("--combine needs JSON indexes (format='json')")
+    if combine is not None and scan_options.zarr_format != 2:
+        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
 
 
 def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
