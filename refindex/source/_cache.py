@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SourceError
+from ..errors import SourceError, short_read
 from ..options import CacheOptions
 from ._retry import is_transient, retry_policy
 
@@ -220,7 +220,7 @@ class BlockCache(io.RawIOBase):
                 self.stats.bytes_fetched += len(d)
                 start, end = parts[i]
                 if len(d) != end - start:
-                    raise SourceError(f"short read at {start}: got {len(d)} of {end - start} bytes", file=self.path)
+                    raise short_read(start, end - start, len(d), self.path)
                 out[i] = d
             if not failed:
                 return out
