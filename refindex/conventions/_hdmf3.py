@@ -18,6 +18,7 @@ it exports an HDF5 NWB file (``NWBZarrIO.export``), document by document:
   ``float64``, ``bool``), ``"str"`` for text;
 * scalars stay 0-d, without ``_ARRAY_DIMENSIONS``; ``.specloc`` is the path of the cached
   specifications, whose documents carry no attributes;
+* text, cached specifications and attribute types as :mod:`._hdmftext` says (as in v2);
 * ``_ARRAY_DIMENSIONS`` stays an attribute (hdmf-zarr writes it) and is also the array's
   ``dimension_names``.
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from .. import codecs, urls
 from ..model import ArrayNode, LinkNode, Tree, join
+from ._hdmftext import decoded_chunk, present_text, record_attribute_types
 
 REFERENCE_DTYPE = "object_reference"
 MIN_COMPOUND_TEXT = 512  # hdmf-zarr's COMPOUND_DTYPE_MIN_STRING_LENGTH: matched so documents agree
@@ -57,6 +59,8 @@ def apply_hdmf3(tree: Tree) -> list[tuple[str, str]]:
     specloc = _specloc_path(root.attrs[".specloc"]) if root is not None and ".specloc" in root.attrs else None
     if specloc is not None:
         root.attrs[".specloc"] = specloc
+    present_text(tree, specloc)
+    record_attribute_types(tree)
     for group in tree.groups.values():
         group.attrs = {k: (v if k == ".specloc" else _attr_value(v)) for k, v in group.attrs.items()}
     spec_prefix = "/" + specloc.strip("/") + "/" if specloc else None
@@ -142,13 +146,6 @@ def _dataset(node: ArrayNode, *, spec: bool) -> None:
     node.attrs["_DTYPE"] = _dtype_name(node.kind)
 
 
-def _decode(node: ArrayNode, data: bytes) -> Any:
-    buf: Any = data
-    for codec in reversed(codecs.codec_pipeline(node.filters, node.compressor)):  # (numcodecs loads here)
-        buf = codec.decode(buf)
-    return buf
-
-
 def _path_of(text: str) -> str:
     """A target path from the scan's JSON text of one reference ("" stays "": edge-chunk padding)."""
     if text == "":
@@ -173,7 +170,7 @@ def _reference_paths(node: ArrayNode) -> None:
     if node.refs is not None and len(node.refs):
         raise _NoForm("reference dataset with chunks referenced in the file (they must be inline)")
     for key, data in list(node.inline.items()):
-        texts = np.asarray(_decode(node, data), dtype=object)
+        texts = np.asarray(decoded_chunk(node, data), dtype=object)
         paths = np.array([_path_of(str(t)) for t in texts.reshape(-1)], dtype=object).reshape(texts.shape)
         node.inline[key] = codecs.encode_chunk(paths, node.filters, node.compressor)
 
@@ -195,7 +192,7 @@ def _compound(node: ArrayNode) -> None:
     paths: dict[str, dict[str, np.ndarray]] = {}
     width = dict.fromkeys(ref_fields, MIN_COMPOUND_TEXT)
     for key, data in node.inline.items():
-        arr = np.frombuffer(bytes(_decode(node, data)), dtype=dt).reshape(tuple(node.chunks))
+        arr = np.frombuffer(bytes(decoded_chunk(node, data)), dtype=dt).reshape(tuple(node.chunks))
         decoded[key], paths[key] = arr, {}
         for name in ref_fields:
             flat = [_path_of(str(t)) for t in arr[name].reshape(-1)]
