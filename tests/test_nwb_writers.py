@@ -296,3 +296,12 @@ def test_a_recorded_type_never_changes_a_value():
     assert restored({"_REFERENCE": {"path": "/x"}}, "<u8") == {"_REFERENCE": {"path": "/x"}}
     assert restored(0.1, "<f4") == 0.1 and type(restored(0.1, "<f4")) is float  # 0.1 is no float32
 
+
+def test_open_nwb_follows_external_links_from_an_icechunk_repository(nwb_files, tmp_path):
+    """The linked file is indexed on the fly beside the repository's source, as for a JSON index."""
+    repo = tmp_path / "repo"
+    refindex.scan_to_icechunk(nwb_files["linking"], repo)
+    expected = hdf5(nwb_files["linking"])
+    nwb = open_nwb(repo)
+    assert nwbcompare.assert_same_nwb(expected, nwb) > 20
+    assert nwb.acquisition["shared_ts"].data[3].tolist() == expected.acquisition["shared_ts"].data[3].tolist()

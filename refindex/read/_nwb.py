@@ -654,7 +654,15 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     if ic is not None:
         ic.zarr_group()  # the codecs registered, the group checked
         io = nwb_io_class_v3()(path=ic.store(), mode="r")
-        io.refindex_attribute_types = recorded_types(ic.record())
+        record = ic.record()
+        io.refindex_attribute_types = recorded_types(record)
+        source = (record.get("source") or {}).get("url")
+        # linked files: as for a JSON index of this file (their chunks read with the source's options)
+        io.refindex_external = ExternalIndexes(
+            {"refindex": {**record, "zarr_format": 3}, "templates": {"u": source} if source else {}},
+            ReadOptions.of(storage_options=remote_options, remote_options=remote_options, check_source=check_source,
+                           cache=cache, allowed_urls=allowed_urls, trust=trust),
+            external=external, scan_missing=scan_missing)
         return _read_kept(io)
     loaded, opts, check = prepare_unchecked(refs, ReadOptions.of(
         storage_options=storage_options, remote_options=remote_options, remote_protocol=remote_protocol,
