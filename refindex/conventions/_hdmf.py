@@ -1,6 +1,7 @@
 """The hdmf convention (hdmf-zarr's v2 storage spec, read by ``hdmf_zarr.NWBZarrV2IO``).
 
-Links as ``zarr_link`` entries on the parent group, every dataset has ``zarr_dtype``,
+Links as ``zarr_link`` entries on the parent group (further names of hard-linked datasets:
+arrays of their own, :func:`~._links.hard_linked_arrays`), every dataset has ``zarr_dtype``,
 scalars stay 0-d, ``.specloc`` is a path string; text, cached specifications and attribute
 types as :mod:`._hdmftext` says.
 """
@@ -11,7 +12,7 @@ from typing import Any
 
 from ..model import Tree, join
 from ._hdmftext import present_text, record_attribute_types
-from ._links import add_zarr_link
+from ._links import add_zarr_link, hard_linked_arrays
 
 
 def _zarr_dtype(kind: Any) -> Any:
@@ -25,6 +26,7 @@ def _zarr_dtype(kind: Any) -> Any:
 
 
 def apply_hdmf(tree: Tree) -> None:
+    hard_linked_arrays(tree)
     for link in sorted(tree.links, key=lambda l: join(l.parent, l.name)):
         if link.parent in tree.groups:
             add_zarr_link(tree, link)

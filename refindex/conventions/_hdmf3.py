@@ -3,10 +3,11 @@
 It takes the place of the v2 ``hdmf`` convention; its target is what hdmf-zarr writes when
 it exports an HDF5 NWB file (``NWBZarrIO.export``), document by document:
 
-* links (soft links, further names of hard-linked objects, external links) are ``_LINKS``
+* links (soft links, further names of hard-linked groups, external links) are ``_LINKS``
   entries ``{"name", "source", "path"}`` on the parent group; ``source`` is ``"."`` in the
   same file, else the other file's path relative to this file's folder (as in v2); no
-  object ids (hdmf-zarr's v3 convention dropped them);
+  object ids (hdmf-zarr's v3 convention dropped them); further names of hard-linked
+  datasets are arrays of their own, as in v2 (:func:`~._links.hard_linked_arrays`);
 * object references in attributes are ``{"_REFERENCE": {"source": ".", "path": "/..."}}``;
 * object-reference datasets hold absolute target paths as text (``string`` + ``vlen-utf8``)
   with ``_DTYPE: "object_reference"``: the scanner stored each reference as JSON text
@@ -40,6 +41,7 @@ import numpy as np
 from .. import codecs, urls
 from ..model import ArrayNode, LinkNode, Tree, join
 from ._hdmftext import decoded_chunk, present_text, record_attribute_types
+from ._links import hard_linked_arrays
 
 REFERENCE_DTYPE = "object_reference"
 MIN_COMPOUND_TEXT = 512  # hdmf-zarr's COMPOUND_DTYPE_MIN_STRING_LENGTH: matched so documents agree
@@ -51,6 +53,7 @@ class _NoForm(Exception):
 
 def apply_hdmf3(tree: Tree) -> list[tuple[str, str]]:
     """Rewrite ``tree`` in place into hdmf-zarr 0.14's v3 convention; returns what has no form in it."""
+    hard_linked_arrays(tree)
     for link in sorted(tree.links, key=lambda item: join(item.parent, item.name)):
         group = tree.groups.get(link.parent)
         if group is not None:
