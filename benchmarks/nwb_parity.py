@@ -35,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
 READERS = ("NWBZarrV2IO", "NWBZarrIO v3", "NWBZarrIO icechunk", "open_nwb v2", "open_nwb v3", "open_nwb icechunk")
 FAMILY = {"main": "pynwb", "base": "pynwb", "linking": "pynwb (external links)", "hardlink": "pynwb + h5py",
-          "aqnwb": "AqNWB", "mies": "MIES", "matnwb": "MatNWB", "neuroconv": "NeuroConv + extension"}
+          "aqnwb": "AqNWB", "mies": "MIES", "matnwb": "MatNWB", "neuroconv": "NeuroConv + extension",
+          "neuroconv_ttl": "NeuroConv (real file)"}
 
 
 def build(folder: Path) -> dict[str, str]:

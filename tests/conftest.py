@@ -181,7 +181,7 @@ def nwb_files(tmp_path_factory):
 
     The pynwb files of tests/nwbfiles.py (main, base, linking, hardlink) and the files written
     the way other NWB writers write them, of tests/nwbwriters.py (aqnwb, mies, matnwb,
-    neuroconv).  Old pynwb versions' own files are in the corpus (``pynwb/``).
+    neuroconv; neuroconv_ttl, a real NeuroConv file).  Old pynwb versions' own files are in the corpus (``pynwb/``).
     """
     pytest.importorskip("pynwb")
     import warnings

@@ -25,8 +25,12 @@ over an index must match.
   gzip-compressed chunks, and an extension type whose attribute is unsigned (``id`` uint64,
   as ndx-pose's ``SkeletonInstance.id``).
 
+* ``neuroconv_ttl.nwb``: a real file NeuroConv wrote (NWB 2.5.0), from its repository
+  (tests/data/README.md).
+
 ``build_all(folder)`` returns ``{name: path}`` (names ``aqnwb``, ``mies``, ``matnwb``,
-``neuroconv``); the session fixture ``nwb_files`` (tests/conftest.py) includes them.
+``neuroconv``, ``neuroconv_ttl``); the session fixture ``nwb_files`` (tests/conftest.py)
+includes them.
 Old pynwb versions are covered by the real files of the corpus (``pynwb/*.nwb``).
 """
 
@@ -283,10 +287,21 @@ def build_neuroconv(path: Path) -> None:
         io.write(nwb)
 
 
+def unpack_neuroconv_ttl(path: Path) -> None:
+    """A real NeuroConv file (tests/data/README.md says where it comes from)."""
+    import gzip
+    import shutil
+
+    with gzip.open(Path(__file__).parent / "data" / "neuroconv_mock_ttl_examples.nwb.gz") as src, \
+            open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 # ---------------------------------------------------------------- all of them
 
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "aqnwb": build_aqnwb, "mies": build_mies, "matnwb": build_matnwb, "neuroconv": build_neuroconv,
+    "neuroconv_ttl": unpack_neuroconv_ttl,
 }
 
 
