@@ -239,6 +239,10 @@ def test_fixed_length_text_and_one_element_specs_are_stated_as_text(nwb_files, i
             assert json.loads(str(g3[path][()])) == json.loads(f[path][0]), path
         # other one-element text stays as the file has it (hdmf unpacks it where the spec says scalar)
         assert zarr.open_group(_store(v2m), mode="r", zarr_format=2)["identifier"].shape == (1,)
+    # refindex verify: the same text (and MatNWB's empty dataset of maximum shape 0 compares too)
+    for name, refs in (("aqnwb", v2), ("aqnwb", v3), ("mies", v3m), ("matnwb", indexes("matnwb")[0])):
+        report = refindex.verify(str(nwb_files[name]), refs)
+        assert report.ok and report.count("exact") == len(report.results), (name, report.problems()[:3])
 
 
 def _datasets(group: h5py.Group) -> list[str]:
