@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test install bench fuzz clean
+.PHONY: demo test install bench charts docs fuzz clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "refindex needs Python >= 3.12 (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.12")'
@@ -35,8 +35,16 @@ test: $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py
 
+# the charts of benchmarks/RESULTS.md again, without running the benchmarks
+charts: $(BENCH_STAMP)
+	$(PY) benchmarks/charts.py
+
+# the documentation site (docs/ -> site/), strict: a broken link or a missing page fails
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz_long.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache

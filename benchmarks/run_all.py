@@ -1,6 +1,7 @@
-"""Run P1-P6 at the sizes of issue #4 and write benchmarks/RESULTS.md (``make bench``).
+"""Run P1-P7 at the sizes of issue #4 and write benchmarks/RESULTS.md and its charts (``make bench``).
 
-``--small`` runs each at its small default instead (a quick smoke run).
+``--small`` runs each at its small default instead (a quick smoke run).  The charts (one PNG per
+P-table, peers as a multiple of refindex: benchmarks/charts.py) go to ``charts/`` beside the results.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import p4_notebook_open  # noqa: E402
 import p5_startup  # noqa: E402
 import p6_icechunk  # noqa: E402
 import p7_virtualizarr  # noqa: E402
+from charts import write_charts  # noqa: E402
 from common import machine, versions  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +60,8 @@ def main() -> None:
         fh.write("\n".join(head + sections))
     os.replace(tmp, a.output)
     print(f"wrote {a.output}", file=sys.stderr)
+    for path in write_charts(a.output, os.path.join(os.path.dirname(a.output), "charts")):
+        print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,13 @@ from . import pipeline
 from .model import RefsDocument
 from .options import ScanKeywords, ScanOptions, options_from
 from .pipeline import WriteSummary, __version__
-from .progress import Progress
+from .progress import ProgressSetting
 
 __all__ = ["__version__", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet"]
 
 
 def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats: dict[str, Any] | None = None,
-         progress: bool | Progress = False, **keywords: Unpack[ScanKeywords]) -> RefsDocument:
+         progress: ProgressSetting = "auto", **keywords: Unpack[ScanKeywords]) -> RefsDocument:
     """Index one HDF5 file; returns the ReferenceFileSystem dict (version 1).
 
     ``source``: local path or fsspec URL (``s3://``, ``https://``, ``gs://``...).  Options
@@ -29,8 +29,10 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     ``isolate`` / ``timeout`` (libhdf5 in a worker process, see :mod:`refindex.isolate`),
     ``zarr_format`` (2, the default, or 3: ``zarr.json`` documents, chunk keys ``c/i/j``,
     hdmf-zarr 0.14's v3 convention for NWB files).
-    ``stats``: filled with request/byte counts and timings.  ``progress``: True draws a
-    bar on stderr, or pass an object with the methods of :class:`refindex.progress.Progress`.
+    ``stats``: filled with request/byte counts and timings.  ``progress``: ``"auto"`` (the
+    default) draws a bar in a Jupyter notebook once the scan has run a few seconds; True
+    always (a notebook widget, a terminal bar, or plain lines in a log); False never; or pass
+    an object with the methods of :class:`refindex.progress.Progress`.
 
     Isolation is off by default here, while ``refindex scan`` isolates by default: a
     damaged file can make libhdf5 abort or loop forever, which takes the calling process
@@ -38,14 +40,15 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     (forking a program that runs threads or an event loop can deadlock the child; a
     caller may manage processes, signals and limits itself).  Pass ``isolate=True`` for
     files you did not make: a fresh-interpreter worker (~0.3 s to start) turns a crash
-    into WorkerCrashed and a hang into WorkerTimeout after ``timeout`` seconds (600).
+    into WorkerCrashed and a hang into WorkerTimeout after ``timeout`` seconds (default:
+    ``refindex.options.TIME_LIMIT_POLICY``).
     """
     return pipeline.scan_refs(source, options_from(options, keywords), stats=stats, progress=progress)
 
 
 def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, *, format: pipeline.Format = "json",  # noqa: A002
                  return_refs: bool = False, record_size: int | None = None, options: ScanOptions | None = None,
-                 stats: dict[str, Any] | None = None, progress: bool | Progress = False,
+                 stats: dict[str, Any] | None = None, progress: ProgressSetting = "auto",
                  **keywords: Unpack[ScanKeywords]) -> WriteSummary:
     """Scan ``source`` and write its index to ``output`` atomically; returns a summary.
 
@@ -63,7 +66,7 @@ def scan_to_file(source: str | os.PathLike, output: str | os.PathLike, *, format
 
 def scan_to_parquet(source: str | os.PathLike, output: str | os.PathLike, *, record_size: int | None = None,
                     options: ScanOptions | None = None, stats: dict[str, Any] | None = None,
-                    progress: bool | Progress = False, **keywords: Unpack[ScanKeywords]) -> WriteSummary:
+                    progress: ProgressSetting = "auto", **keywords: Unpack[ScanKeywords]) -> WriteSummary:
     """Scan ``source`` into parquet refs (fsspec's LazyReferenceMapper layout) in the folder ``output``.
 
     Streamed from the chunk tables, so memory stays bounded for millions of chunks; the
@@ -77,7 +80,7 @@ def scan_to_parquet(source: str | os.PathLike, output: str | os.PathLike, *, rec
 def scan_to_icechunk(source: str | os.PathLike, repository: str | os.PathLike, *, group: str = "",
                      branch: str = "main", repository_options: dict[str, Any] | None = None,
                      options: ScanOptions | None = None, stats: dict[str, Any] | None = None,
-                     progress: bool | Progress = False, **keywords: Unpack[ScanKeywords]) -> WriteSummary:
+                     progress: ProgressSetting = "auto", **keywords: Unpack[ScanKeywords]) -> WriteSummary:
     """Scan ``source`` into an Icechunk repository (a local folder or ``s3://bucket/prefix``) and commit once.
 
     The repository is created if missing and declares a virtual chunk container for every

@@ -93,8 +93,10 @@ def add_isolation(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=True,
                         help=f"{what} in a forked worker process, so a file that crashes or hangs libhdf5 ends in a "
                         "one-line error (default; --no-isolate runs libhdf5 in this process)")
-    parser.add_argument("--timeout", type=float, help="seconds before the worker is killed (default: 1 s per 2 MiB "
-                        "of the input, at least 60 s; remote inputs 600 s; no effect with --no-isolate)")
+    from .options import TIME_LIMIT_POLICY
+
+    parser.add_argument("--timeout", type=float, help=f"seconds before the worker is killed (default: "
+                        f"{TIME_LIMIT_POLICY}; no effect with --no-isolate)")
 
 
 def scan_options(args: argparse.Namespace) -> Any:
@@ -181,9 +183,10 @@ def isolated(job: Any, kwargs: dict[str, Any], args: argparse.Namespace, output:
     ``output`` is removed.  ``quiet``: the worker's stderr is shown only when it ends well
     (False: it draws a progress bar)."""
     from . import forked, urls
+    from .options import time_limit_of
 
     source = kwargs["source"]
-    limit = args.timeout or forked.time_limit(_local_size(source) if urls.is_local(source) else None)
+    limit = args.timeout or time_limit_of(source)
 
     def cleanup(pid: int) -> None:
         if output is not None and urls.is_local(output):
@@ -195,15 +198,6 @@ def isolated(job: Any, kwargs: dict[str, Any], args: argparse.Namespace, output:
         return forked.run_once(job, kwargs, timeout=limit, label=source, cleanup=cleanup, quiet=quiet)
     except WorkerTimeout as e:
         raise WorkerTimeout(f"{e.reason}; --timeout sets the limit", file=e.file) from None
-
-
-def _local_size(source: str) -> int:
-    from . import urls
-
-    try:
-        return os.path.getsize(urls.split(source)[1])
-    except OSError:
-        return 0  # missing or unreadable: the worker reports that at once
 
 
 # ---------------------------------------------------------------------- verify, info, schema
@@ -240,7 +234,7 @@ def index_argument(args: argparse.Namespace, target: str) -> Any:
 
 
 def add_url_policy(p: Any) -> None:
-    """The flags that widen which URLs an index may make the reader fetch (see the README's table)."""
+    """The flags that widen which URLs an index may make the reader fetch (the table in docs/security.md)."""
     p.add_argument("--allow-url", action="append", default=[], metavar="PREFIX",
                    help="let the index's chunks be read from URLs under PREFIX (or matching a *-pattern) "
                         "even where the default rules refuse them; repeatable")
@@ -369,7 +363,10 @@ def add_batch(sub: Any) -> None:
     b.add_argument("--dask", action="store_true", help="run on a local Dask cluster of --workers processes")
     b.add_argument("--force", action="store_true", help="rescan inputs whose index is up to date")
     b.add_argument("--storage-options", type=_json_arg, help="fsspec options as JSON (inputs and outputs)")
-    b.add_argument("--timeout", type=float, help="seconds per file before its worker is killed (default 600)")
+    from .options import TIME_LIMIT_POLICY
+
+    b.add_argument("--timeout", type=float, help=f"seconds per file before its worker is killed (default: "
+                   f"{TIME_LIMIT_POLICY})")
     b.add_argument("--isolate", action="store_true", help="with Dask or --workers 0: scan each file in a subprocess")
     b.add_argument("--convention", choices=CONVENTIONS, default="auto")
     b.add_argument("--on-unsupported", choices=["error", "skip"], default="error")

@@ -61,10 +61,20 @@ def write_nwb_example(path: str) -> bool:
 
 
 def run_demo(folder: str | None = None) -> None:
+    """Write, index, verify and read the examples in ``folder`` (kept), or in a temporary folder removed at the end."""
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+        _demo(folder)
+        print(f"the files are in {folder}")
+        return
+    with tempfile.TemporaryDirectory(prefix="refindex-demo-") as tmp:
+        _demo(tmp)
+    print(f"removed {tmp} (refindex demo --dir FOLDER keeps the files)")
+
+
+def _demo(folder: str) -> None:
     from . import info, open, open_nwb, scan_to_file, verify
 
-    folder = folder or tempfile.mkdtemp(prefix="refindex-demo-")
-    os.makedirs(folder, exist_ok=True)
     print(f"refindex demo in {folder}\n")
     plain = os.path.join(folder, "example.h5")
     write_plain_example(plain)
@@ -101,4 +111,4 @@ def run_demo(folder: str | None = None) -> None:
                   f"{len(nwbfile.trials)} trials")
             print(f"   raw.data[:2] (lazy zarr array over the HDF5 bytes): {raw.data[:2].tolist()}")
         print()
-    print("done: the .refs.json files above can be opened with refindex.open(...) or any fsspec+zarr reader.")
+    print("done: such .refs.json files open with refindex.open(...), refindex.open_nwb(...) or any fsspec+zarr reader.")

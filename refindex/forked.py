@@ -30,27 +30,10 @@ import time
 from typing import Any, Iterator, NoReturn
 
 from .isolate import Cleanup, Job, Worker, death_error, job_outcome, rebuild_error, timeout_error, unsendable
+from .options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
 
-MiB = 1 << 20
-MIN_TIME_LIMIT = 60.0  # seconds: any file, however small (remote round trips included)
-SLOWEST_READ = 2 * MiB  # bytes/s: the limit lets a scan read the whole file this slowly
-REMOTE_TIME_LIMIT = 600.0  # seconds: remote files, whose size is not known before they are opened
 _HEADER = struct.Struct("<Q")  # the child's message: its length, then a pickle
 _STDERR_KEPT = 1 << 20  # bytes of a quiet child's stderr kept (the most recent)
-
-
-def time_limit(size: int | None) -> float:
-    """Default time limit of one isolated scan of a file of ``size`` bytes (None: a remote file).
-
-    A scan reads the file's metadata, not its data, and healthy files index at tens of
-    MB/s or more on a local disk; even a file of tiny chunks (metadata as big as the data)
-    took 13 s for 10^7 chunks.  The limit lets the scan read the *whole* file at 2 MiB/s,
-    and never less than a minute: one second per 2 MiB, at least 60 s (a 1 GiB file: 512 s).
-    Remote files: 600 s, as their size is unknown until opened and the network sets the pace.
-    """
-    if size is None:
-        return REMOTE_TIME_LIMIT
-    return max(MIN_TIME_LIMIT, float(round(size / SLOWEST_READ)))
 
 
 def can_fork() -> bool:

@@ -34,7 +34,7 @@ from typing import Any, Callable
 from . import errors
 from .errors import RefindexError, WorkerCrashed, WorkerTimeout
 
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = 600.0  # a job that names no limit (a scan names refindex.options.time_limit_of its file)
 # Imported by a new worker before its first job, so jobs do not pay for them.
 PRELOAD = ("numpy", "h5py", "fsspec", "numcodecs")
 

@@ -17,6 +17,42 @@ OnUnsupported = Literal["error", "skip"]
 ZarrFormat = Literal[2, 3]
 ZARR_FORMATS = (2, 3)
 
+# The one time limit of an isolated scan, whoever asks for it (refindex scan, refindex batch,
+# isolate=True in Python, the VirtualiZarr parser); ``timeout`` / --timeout overrides it.
+MIN_TIME_LIMIT = 60.0  # seconds: any file, however small (remote round trips included)
+SLOWEST_READ = 2 * MiB  # bytes/s: the limit lets a scan read the whole file this slowly
+REMOTE_TIME_LIMIT = 600.0  # seconds: remote files, whose size is not known before they are opened
+TIME_LIMIT_POLICY = "1 s per 2 MiB of the input, at least 60 s; 600 s for a remote input"
+
+
+def time_limit(size: int | None) -> float:
+    """Default time limit of one isolated scan of a file of ``size`` bytes (None: a remote file).
+
+    A scan reads the file's metadata, not its data, and healthy files index at tens of
+    MB/s or more on a local disk; even a file of tiny chunks (metadata as big as the data)
+    took 13 s for 10^7 chunks.  The limit lets the scan read the *whole* file at 2 MiB/s,
+    and never less than a minute: one second per 2 MiB, at least 60 s (a 1 GiB file: 512 s).
+    Remote files: 600 s, as their size is unknown until opened and the network sets the pace.
+    """
+    if size is None:
+        return REMOTE_TIME_LIMIT
+    return max(MIN_TIME_LIMIT, float(round(size / SLOWEST_READ)))
+
+
+def time_limit_of(source: Any) -> float:
+    """:func:`time_limit` of ``source``: a local file by its size (a missing one: the minimum), a URL as remote."""
+    import os
+
+    from . import urls
+
+    source = os.fspath(source)
+    if not urls.is_local(source):
+        return time_limit(None)
+    try:
+        return time_limit(os.path.getsize(urls.split(source)[1]))
+    except OSError:
+        return time_limit(0)  # missing or unreadable: the worker reports that at once
+
 
 @dataclass
 class CacheOptions:
@@ -87,7 +123,8 @@ class ScanOptions:
     How it is made (not recorded): ``url`` (what the references point at, when not the
     source), ``storage_options`` (fsspec, never written into an index), ``cache``,
     ``follow_external`` (also index files external links point into), ``isolate`` /
-    ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds),
+    ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds; None:
+    :data:`TIME_LIMIT_POLICY`),
     ``split_walk`` (share the walk of a remote file of many groups with a forked helper
     process: None when it pays, True whenever possible, False never; see
     :mod:`refindex.scanner._split`).

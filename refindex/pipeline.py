@@ -15,7 +15,7 @@ from . import codecs, conventions, safety, urls, writers
 from .errors import RefindexError, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions
-from .progress import Progress, ScanProgress
+from .progress import ProgressSetting, ScanProgress
 from .scanner import ScanContext, scan_file
 from .source import open_source
 
@@ -59,18 +59,18 @@ class Scanned:
 
 
 def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
-              progress: Progress | bool | None = None) -> Tree:
+              progress: ProgressSetting = None) -> Tree:
     """Scan ``source`` into a :class:`Tree` with its convention applied and its provenance filled in."""
     return prepare_tree(scan_source(source, options, stats=stats, progress=progress), options)
 
 
 def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
-                progress: Progress | bool | None = None) -> Scanned:
+                progress: ProgressSetting = None) -> Scanned:
     """Run the scanner over ``source``: the Tree, before any convention (see :func:`prepare_tree`)."""
     with open_source(source, options.storage_options, options.cache) as src:
         target = safety.strip_credentials(options.url or src.url)
         safety.check_target_url(target, explicit=options.url is not None)
-        bar = ScanProgress(src.url) if progress is True else (progress or None)
+        bar = ScanProgress.of(progress, src.url)
         ctx = ScanContext(src.h5, target, src.size, options, src.read_many, src.fs_for, label=src.url,
                           **({"progress": bar} if bar is not None else {}))
         try:
@@ -154,18 +154,19 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
     """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
-    from .isolate import DEFAULT_TIMEOUT, Worker
+    from .isolate import Worker
+    from .options import time_limit_of
 
     with Worker() as worker:
         result, job_stats = worker.run(job, {"source": os.fspath(source), "options": options},
-                                       timeout=options.timeout or DEFAULT_TIMEOUT)
+                                       timeout=options.timeout or time_limit_of(source))
     if stats is not None:
         stats.update(job_stats)
     return result
 
 
 def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
-              progress: Progress | bool | None = None) -> RefsDocument:
+              progress: ProgressSetting = None) -> RefsDocument:
     """The RFS dict of ``source`` (in a worker process with ``options.isolate``), through the safety gate.
 
     ``options.follow_external``: the files external links point into are indexed too and
@@ -222,7 +223,7 @@ def _follow_external(refs: RefsDocument, read_url: str, chunk_url: str, options:
 # ---------------------------------------------------------------------- writing
 def write_index(source: str | os.PathLike, output: str | os.PathLike, options: ScanOptions, *,
                 format: Format = "json", record_size: int | None = None, keep_refs: bool = False,  # noqa: A002
-                stats: dict[str, Any] | None = None, progress: Progress | bool | None = None) -> WriteSummary:
+                stats: dict[str, Any] | None = None, progress: ProgressSetting = None) -> WriteSummary:
     """Scan ``source`` and write its index to ``output`` (a JSON file or a parquet folder), atomically.
 
     JSON is streamed straight from the chunk tables (no dict of every chunk), unless the
@@ -232,6 +233,10 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
     """
     if format not in FORMATS:
         raise RefindexError(f"unknown output format {format!r} (json or parquet)", file=os.fspath(output))
+    if not urls.is_local(os.fspath(output)):  # else it would land in a local folder named "s3:"
+        raise RefindexError("a single scan writes a local index file; to write indexes into object storage "
+                            "use refindex batch SOURCE -o URL (run_batch(..., output=URL)), or upload the file",
+                            file=os.fspath(output))
     if format == "parquet":
         if options.follow_external or options.isolate:
             raise RefindexError("follow_external and isolate are not supported with parquet output",
@@ -312,7 +317,7 @@ def write_external(refs: RefsDocument, output: str | os.PathLike) -> None:
 
 # ---------------------------------------------------------------------- Icechunk
 def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
-                  progress: Progress | bool | None = None) -> Tree:
+                  progress: ProgressSetting = None) -> Tree:
     """The Tree an Icechunk repository receives: scanned as for a zarr v3 index (in a worker process
     with ``options.isolate``), its attributes strict JSON, through the safety gate."""
     if options.follow_external:
@@ -349,7 +354,7 @@ def check_strict_attributes(tree: Tree, options: ScanOptions, file: str) -> None
 
 def write_icechunk_index(source: str | os.PathLike, target: "writers.icechunk.IcechunkTarget", options: ScanOptions,
                          *, stats: dict[str, Any] | None = None,
-                         progress: Progress | bool | None = None) -> WriteSummary:
+                         progress: ProgressSetting = None) -> WriteSummary:
     """Scan ``source`` and commit its index into the Icechunk repository ``target`` (one commit;
     a failed scan or write commits nothing).  The sources are read with ``options.storage_options``."""
     tree = icechunk_tree(source, options, stats=stats, progress=progress)

@@ -50,7 +50,9 @@ Parallel
     worker reads its source and writes its index itself (so workers need access to
     both, and the output must be storage they all see: an object store or a shared
     disk).  With dask, ``isolate=True`` additionally runs each scan in a subprocess.
-    A tqdm progress bar shows files done/failed, files per second and the ETA.
+    Progress (``progress``): files done/failed, files per second and the ETA, as a notebook
+    widget, a terminal bar, or (a log, a pipe) a plain line every 10 s: see
+    :mod:`refindex.progress`.
 
 Combining (``combine=PATH``)
     For netCDF-style datasets split across files (one logical array, cut along a
@@ -69,7 +71,6 @@ Combining (``combine=PATH``)
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Unpack
@@ -77,6 +78,7 @@ from typing import Any, Unpack
 from .. import urls
 from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
+from ..progress import ProgressSetting, progress_bar
 from ..writers.icechunk import IcechunkTarget
 from ._combine import combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
@@ -99,7 +101,7 @@ def run_batch(
     force: bool = False,
     format: Format = "json",  # noqa: A002 - mirrors the CLI's --format
     storage_options: dict[str, Any] | None = None,
-    progress: bool = True,
+    progress: ProgressSetting = True,
     manifest: str | os.PathLike | None = None,
     timeout: float | None = None,
     isolate: bool = False,
@@ -118,12 +120,14 @@ def run_batch(
     ``output``: folder / URL prefix for the indexes (default: beside each input).
     ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:
     ``"local"``, a scheduler address or a ``distributed.Client``.  ``timeout``: seconds
-    per file before its worker is killed (default 600).  ``manifest``: where to write the
+    per file before its worker is killed (default: ``refindex.options.TIME_LIMIT_POLICY``).  ``manifest``: where to write the
     manifest.  ``combine``: also write one kerchunk-combined index there.  ``check``: a
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
-    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see README).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see docs/batch.md).
+    ``progress``: True (a notebook widget, a terminal bar, or plain lines in a log), ``"auto"``
+    (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.
     """
     if format not in (*SUFFIX, "icechunk"):
@@ -137,10 +141,7 @@ def run_batch(
         return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
                                   force=force, progress=progress, manifest=manifest, timeout=timeout,
                                   isolate=isolate, check=check)
-    if combine is not None and format != "json":
-        raise RefindexError("--combine needs JSON indexes (format='json')")
-    if combine is not None and scan_options.zarr_format != 2:
-        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
+    _check_combine(combine, format, scan_options)
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:
@@ -170,6 +171,14 @@ def run_batch(
         report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
                                           storage_options=storage_options, timeout=timeout)
     return report
+
+
+def _check_combine(combine: Any, format: str, scan_options: ScanOptions) -> None:  # noqa: A002
+    """A combined index is kerchunk's MultiZarrToZarr over v2 JSON indexes: refuse anything else up front."""
+    if combine is not None and format != "json":
+        raise RefindexError("--combine needs JSON indexes (format='json')")
+    if combine is not None and scan_options.zarr_format != 2:
+        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
 
 
 def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
@@ -207,7 +216,7 @@ def _icechunk_target(output: Any, combine: Any, branch: str, repository_options:
 
 
 def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOptions, *, workers: int | None,
-                       dask: Any, force: bool, progress: bool, manifest: str | os.PathLike | None,
+                       dask: Any, force: bool, progress: ProgressSetting, manifest: str | os.PathLike | None,
                        timeout: float | None, isolate: bool, check: Any) -> BatchReport:
     """:func:`run_batch` into one Icechunk repository: workers scan, this process writes and commits once."""
     from .. import __version__
@@ -337,10 +346,9 @@ class _Collector:
             self.bar.close()
 
 
-def _progress(total: int, skipped: int, enabled: bool) -> Any:
-    if not enabled or total == 0:
+def _progress(total: int, skipped: int, enabled: ProgressSetting) -> Any:
+    """Files done (failed ones in the postfix): a notebook widget, a terminal bar, or plain lines in a log."""
+    if total == 0:
         return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="file", desc=f"refindex batch ({skipped} up to date)", file=sys.stderr,
-                dynamic_ncols=True, smoothing=0.1)
+    return progress_bar(total, desc=f"refindex batch ({skipped} up to date)", unit="file", setting=enabled,
+                        smoothing=0.1)

@@ -75,3 +75,20 @@ class BatchReport:
                 + (f", {len(self.check_failed)} not following the template" if self.check_failed else "")
                 + f" in {self.seconds:.1f} s ({rate:.1f} files/s)"
                 + (f"; manifest {self.manifest}" if self.manifest else ""))
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the summary, then one row per input (failed ones first)."""
+        import html
+
+        from ..display import table, verdict
+
+        order = {"failed": 0, "indexed": 1, "up_to_date": 2}
+        rows = [(r.source, r.status.replace("_", " "), r.index, r.arrays, r.chunks, r.seconds,
+                 r.error or ("" if r.check is None else "follows the template" if r.check.get("ok")
+                             else "does not follow the template"))
+                for r in sorted(self.results, key=lambda r: order.get(r.status, 3))]
+        note = f"manifest: <code>{html.escape(self.manifest)}</code>" if self.manifest else ""
+        if self.combined:
+            note += f"{'; ' if note else ''}combined index: <code>{html.escape(self.combined)}</code>"
+        return table(["input", "status", "index", "arrays", "chunks", "seconds", "error / check"], rows,
+                     title=verdict(self.ok, self.summary()), note=note)

@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..errors import RefindexError
-from ..isolate import DEFAULT_TIMEOUT, Worker
+from ..isolate import Worker
+from ..options import time_limit_of
 from ._task import Task, failed_row, index_one
 
 OnResult = Callable[[dict[str, Any]], None]
@@ -40,7 +41,7 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
         w = pool.get()
         t0 = time.perf_counter()
         try:
-            return w.run(index_one, {"task": task}, timeout=timeout or DEFAULT_TIMEOUT, label=task.source)
+            return w.run(index_one, {"task": task}, timeout=timeout or time_limit_of(task.source), label=task.source)
         except RefindexError as e:  # crashed or timed out: the worker restarts on its next job
             return failed_row(task, e, time.perf_counter() - t0)
         finally:

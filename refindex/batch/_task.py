@@ -44,12 +44,13 @@ def index_one(task: Task) -> dict[str, Any]:
     """Scan ``task.source`` and write its index to ``task.index``; returns a manifest row (never raises)."""
     t0 = time.perf_counter()
     if task.isolate:
-        from ..isolate import DEFAULT_TIMEOUT, Worker
+        from ..isolate import Worker
+        from ..options import time_limit_of
 
         with Worker() as w:
             try:
                 return w.run(index_one, {"task": replace(task, isolate=False)},
-                             timeout=task.timeout or DEFAULT_TIMEOUT, label=task.source)
+                             timeout=task.timeout or time_limit_of(task.source), label=task.source)
             except RefindexError as e:
                 return failed_row(task, e, time.perf_counter() - t0)
     if task.format == "icechunk":

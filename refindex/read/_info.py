@@ -9,8 +9,28 @@ from .. import urls
 from ._load import CacheSetting, load_index, parquet_metadata
 
 
+class IndexInfo(dict):
+    """What :func:`info` returns: a plain dict (JSON-ready), shown as a table in a notebook."""
+
+    def _repr_html_(self) -> str:
+        from ..display import fields
+
+        size = self.get("bytes_referenced", 0) + self.get("inline_bytes", 0)
+        rows = [("format", f"{self.get('format', 'json')}, zarr v{self.get('zarr_format')}"),
+                ("convention", self.get("convention")), ("groups", self.get("groups")),
+                ("arrays", self.get("arrays")), ("chunks referenced", self.get("chunks_referenced")),
+                ("bytes referenced", self.get("bytes_referenced")),
+                ("inline chunks", self.get("inline_chunks")), ("inline bytes", self.get("inline_bytes")),
+                ("data described", f"{size / 1e6:,.1f} MB"), ("sources", self.get("sources")),
+                ("codecs", [f"{c} ({pkg})" for c, pkg in (self.get("codecs") or {}).items()]),
+                ("needs refindex's codecs", self.get("needs_refindex") or None),
+                ("skipped", [s.get("path", s) if isinstance(s, dict) else s for s in self.get("skipped") or []] or None)]
+        rows += [(k, self[k]) for k in ("repository", "group", "snapshot", "containers") if k in self]
+        return fields(rows, title="refindex index")
+
+
 def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
-         group: str | None = None, branch: str | None = None, snapshot: str | None = None) -> dict[str, Any]:
+         group: str | None = None, branch: str | None = None, snapshot: str | None = None) -> IndexInfo:
     """Summary of an index (or of an HDF5 file's index, made on the fly): groups, arrays, chunks
     referenced, inline bytes, source files, and the options that decided what is inline.
     An Icechunk repository's group (``group``/``branch``/``snapshot``) adds its ``containers``."""
@@ -18,10 +38,10 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
 
     ic = icechunk_index(refs, storage_options=storage_options, group=group, branch=branch, snapshot=snapshot)
     if ic is not None:
-        return _icechunk_info(ic)
+        return IndexInfo(_icechunk_info(ic))
     r, _ = load_index(refs, storage_options=storage_options, cache=cache)
     if not isinstance(r, dict):
-        return _parquet_info(r, storage_options)
+        return IndexInfo(_parquet_info(r, storage_options))
     groups = arrays = chunks = inline_keys = inline_bytes = 0
     referenced = 0
     docs: list[dict[str, Any]] = []
@@ -47,8 +67,8 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
         else:
             inline_keys += 1
             inline_bytes += _inline_size(value)
-    return _summary(groups, arrays, chunks, referenced, inline_keys, inline_bytes, r.get("templates"),
-                    r.get("refindex", {}), docs)
+    return IndexInfo(_summary(groups, arrays, chunks, referenced, inline_keys, inline_bytes, r.get("templates"),
+                              r.get("refindex", {}), docs))
 
 
 def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys: int, inline_bytes: int,

@@ -104,7 +104,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
     folder = cache_folder(cache)
     if folder is None:
-        return scan_refs(url, options)
+        return scan_refs(url, options, progress="auto")
     where = urls.normalise(url)
     now = stat(where, storage_options)
     material = json.dumps({"url": where, "source": now, "refindex": __version__, "options": options.recorded(),
@@ -117,7 +117,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
                 return refs
         except (OSError, ValueError):
             pass  # a damaged entry is scanned again and replaced
-    refs = scan_refs(where, options)
+    refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
     try:
         write_json(refs, entry)
     except OSError:  # a read-only or full cache never stops the read

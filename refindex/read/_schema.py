@@ -85,6 +85,12 @@ class CheckReport:
             return "matches the template"
         return f"{len(self.differences)} difference(s) from the template"
 
+    def _repr_html_(self) -> str:
+        from ..display import table, verdict
+
+        title = verdict(self.ok, self.summary())
+        return table(["path", "difference"], self.differences, title=title) if self.differences else f"<p>{title}</p>"
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (for manifests)."""
         return {"ok": self.ok, "differences": [{"path": p, "message": m} for p, m in self.differences]}

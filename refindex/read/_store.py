@@ -22,7 +22,7 @@ from typing import Any
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ..errors import SourceError
+from ..errors import SourceError, short_read
 from ..source import is_transient, merge_ranges, retry_policy
 
 _TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")
@@ -52,6 +52,13 @@ class FetchStats:
     def as_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "round_trips": self.round_trips, "bytes_fetched": self.bytes_fetched,
                 "keys_fetched": len(self.keys)}
+
+    def _repr_html_(self) -> str:
+        from ..display import fields
+
+        return fields([("requests", self.requests), ("round trips", self.round_trips),
+                       ("bytes fetched", self.bytes_fetched), ("keys fetched", len(self.keys))],
+                      title="read by reference")
 
 
 # (url, [(start, end)]) -> bytes of each range; runs on the store's event loop
@@ -205,7 +212,7 @@ class IndexStore(Store):
         """One range as one request (not merged or split: it runs beside other work)."""
         (data,) = await _with_retries(self._read_ranges, url, [(offset, offset + size)])
         if len(data) != size:
-            raise SourceError(f"short read at {offset}: got {len(data)} of {size} bytes", file=url)
+            raise short_read(offset, size, len(data), url)
         self.stats.requests += 1
         self.stats.round_trips += 1
         self.stats.bytes_fetched += size
@@ -245,7 +252,7 @@ class IndexStore(Store):
             pieces = await _with_retries(self._read_ranges, url, parts)
             for (a, b), d in zip(parts, pieces):
                 if len(d) != b - a:
-                    raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=url)
+                    raise short_read(a, b - a, len(d), url)
             datas = [b"".join(pieces[i] for i in owned) for owned in owner]
         except BaseException as e:  # every waiting chunk gets the failure
             err = e if isinstance(e, SourceError) else SourceError(f"could not read chunk bytes: {e}", file=url)

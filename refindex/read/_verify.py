@@ -62,6 +62,15 @@ class VerifyReport:
         counts = ", ".join(f"{self.count(s)} {s}" for s in STATUSES if self.count(s))
         return f"{self.file}: {len(self.results)} datasets: {counts or 'none'}"
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the verdict, the counts, and every dataset that is not exact."""
+        from ..display import table, verdict
+
+        counts = ", ".join(f"{self.count(s):,} {s}" for s in STATUSES if self.count(s)) or "no datasets"
+        title = verdict(self.ok, f"verify {self.file}: {counts}")
+        rows = [(r.path, r.status, r.detail) for r in self.problems()]
+        return table(["dataset", "status", "detail"], rows, title=title) if rows else f"<p>{title}</p>"
+
 
 
 def dataset_names(f: h5py.File) -> Iterator[tuple[str, h5py.Dataset, str]]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SourceError
+from ..errors import SourceError, short_read
 from ..options import CacheOptions
 from ._retry import with_retries
 
@@ -218,7 +218,7 @@ class BlockCache(io.RawIOBase):
             self.stats.requests += 1
             self.stats.bytes_fetched += len(data)
             if len(data) != end - start:
-                raise SourceError(f"short read at {start}: got {len(data)} of {end - start} bytes", file=self.path)
+                raise short_read(start, end - start, len(data), self.path)
         return datas
 
     def read_ranges(self, offsets: list[int], sizes: list[int]) -> list[bytes]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .. import urls
-from ..errors import NotHDF5Error, SourceError
+from ..errors import NotHDF5Error, SourceError, short_read
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._prefetch import prefetch_tree
@@ -71,7 +71,7 @@ class Source:
             if isinstance(d, BaseException):
                 raise SourceError(f"could not read bytes {a}-{b}: {d}", file=url or self.url) from d
             if len(d) != b - a:
-                raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=url or self.url)
+                raise short_read(a, b - a, len(d), url or self.url)
         return [datas[span][at : at + n] for (span, at), n in zip(where, sizes)]
 
 

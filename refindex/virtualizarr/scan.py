@@ -59,8 +59,9 @@ def scan(source: str, options: ScanOptions) -> Scan:
     """:func:`scan_hierarchy`, in a worker process when ``options.isolate`` (killed after ``options.timeout``)."""
     if not options.isolate:
         return scan_hierarchy(source, options)
-    from ..isolate import DEFAULT_TIMEOUT, Worker
+    from ..isolate import Worker
+    from ..options import time_limit_of
 
     with Worker() as worker:
         return worker.run(scan_hierarchy_job, {"source": source, "options": options},
-                          timeout=options.timeout or DEFAULT_TIMEOUT)
+                          timeout=options.timeout or time_limit_of(source))

@@ -1,0 +1,216 @@
+"""Running the examples of the documentation (README.md and docs/*.md): the convention, in code.
+
+* Every fenced block marked ``python``, ``bash``, ``sh`` or ``console`` runs; other blocks
+  (``text``, ``json``, unmarked) are shown only.  A block whose last non-blank line before the
+  fence is ``<!-- not-run: reason -->`` is skipped (for what cannot run here: a real archive).
+* The blocks of one page run in order, in one fresh process (:func:`run_page` starts
+  ``python tests/docs_harness.py PLAN.json``): python blocks share one namespace; each shell
+  block is a ``bash -e -o pipefail`` script; a ``console`` block runs its ``$ `` lines.  All
+  run in the page's own folder, which holds the files tests/docfiles.py builds.
+* ``https://data.example.org/`` in a block becomes the URL of a loopback HTTP server (Range,
+  ETag, Last-Modified) serving that folder (:class:`FolderServer`); ``s3://bucket/`` works
+  against a moto server holding the same files (``AWS_ENDPOINT_URL`` and keys in the
+  environment).
+
+A failing block fails its page with the page's file name and the block's line, and the
+traceback's lines are the page's lines.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+RUN = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell", "console": "console"}
+EXAMPLE_URL = "https://data.example.org/"
+EXAMPLE_BUCKET = "s3://bucket/"
+_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")
+_NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(?P<reason>.*?)\s*-->\s*$")
+
+
+@dataclass
+class Block:
+    page: str
+    line: int  # 1-based line of the block's first code line in the page
+    kind: str  # python, shell, console, or "" (shown only)
+    lang: str
+    code: str
+    skip: str | None = None  # the not-run reason
+
+
+def blocks(text: str, page: str) -> list[Block]:
+    """Every fenced code block of a Markdown page, in order."""
+    out: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, lang = m.group("fence"), m.group("info").lower()
+        prev = next((ln for ln in reversed(lines[:i]) if ln.strip()), "")
+        skip = _NOT_RUN.match(prev)
+        start, i = i + 1, i + 1
+        while i < len(lines) and not (lines[i].strip().startswith(fence[0] * len(fence))
+                                      and not lines[i].strip().strip(fence[0])):
+            i += 1
+        indent = len(m.group("indent"))
+        code = "\n".join(ln[indent:] if ln[:indent].isspace() else ln for ln in lines[start:i])
+        out.append(Block(page, start + 1, RUN.get(lang, ""), lang, code, skip.group("reason") if skip else None))
+        i += 1
+    return out
+
+
+def runnable(page_blocks: list[Block]) -> list[Block]:
+    return [b for b in page_blocks if b.kind and b.skip is None]
+
+
+def substitute(code: str, http_url: str | None) -> str:
+    return code.replace(EXAMPLE_URL, http_url) if http_url else code
+
+
+def console_commands(code: str) -> str:
+    """The commands of a ``console`` block: its ``$ `` lines (and their ``\\`` continuations)."""
+    out, more = [], False
+    for ln in code.splitlines():
+        if more or ln.startswith("$ "):
+            out.append(ln if more else ln[2:])
+            more = ln.rstrip().endswith("\\")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- the loopback HTTP server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves one folder with Range, ETag and Last-Modified, as object stores and web servers do."""
+
+    protocol_version = "HTTP/1.1"
+    root: Path
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _file(self) -> Path | None:
+        rel = self.path.split("?", 1)[0].lstrip("/")
+        path = (self.root / rel).resolve()
+        return path if path.is_file() and self.root in path.parents else None
+
+    def _headers(self, path: Path, status: int, length: int, extra: dict[str, str]) -> None:
+        st = path.stat()
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{st.st_mtime_ns:x}-{st.st_size:x}"')
+        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.end_headers()
+
+    def do_HEAD(self) -> None:
+        path = self._file()
+        if path is None:
+            return self._missing()
+        self._headers(path, 200, path.stat().st_size, {})
+
+    def do_GET(self) -> None:
+        path = self._file()
+        if path is None:
+            return self._missing()
+        data = path.read_bytes()
+        size, rng = len(data), self.headers.get("Range")
+        if not rng:
+            self._headers(path, 200, size, {})
+            self.wfile.write(data)
+            return
+        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
+        if not m or not (m.group(1) or m.group(2)):
+            return self._missing(416)
+        start, end = (int(m.group(1)), int(m.group(2) or size - 1)) if m.group(1) else (size - int(m.group(2)), size - 1)
+        start, end = max(start, 0), min(end, size - 1)
+        if start >= size or start > end:
+            return self._missing(416)
+        self._headers(path, 206, end - start + 1, {"Content-Range": f"bytes {start}-{end}/{size}"})
+        self.wfile.write(data[start:end + 1])
+
+    def _missing(self, status: int = 404) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class FolderServer:
+    """``with FolderServer(folder) as url:`` serves ``folder`` at ``url`` (``http://127.0.0.1:PORT/``)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        handler = type("Handler", (_Handler,), {"root": Path(folder).resolve()})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="docs-http", daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return self.url
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+# ---------------------------------------------------------------- one page in one process
+
+
+def run_page(page: Path, folder: Path, http_url: str, env: dict[str, str], timeout: float = 240) -> tuple[int, str]:
+    """Run ``page``'s runnable blocks in ``folder`` in a fresh interpreter; returns (exit code, output)."""
+    plan = [asdict(b) | {"code": substitute(b.code, http_url)}
+            for b in runnable(blocks(page.read_text(encoding="utf-8"), str(page)))]
+    plan_file = folder / ".docs-plan.json"
+    plan_file.write_text(json.dumps(plan))
+    proc = subprocess.run([sys.executable, "-X", "utf8", __file__, str(plan_file)], cwd=folder, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          start_new_session=True)
+    return proc.returncode, proc.stdout
+
+
+def _run_plan(plan_file: str) -> int:
+    """The child: every block of the plan, in order; the first failure ends the page."""
+    import traceback
+
+    sys.path[0] = os.getcwd()  # as for a script in the page's folder, not tests/
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    started = time.perf_counter()
+    for b in json.loads(Path(plan_file).read_text()):
+        where = f"{b['page']}:{b['line']} ({b['lang']} block)"
+        print(f"--- {where}, at {time.perf_counter() - started:.1f} s", flush=True)
+        if b["kind"] == "python":
+            try:  # blank lines in front keep the page's line numbers in tracebacks
+                exec(compile("\n" * (b["line"] - 1) + b["code"], b["page"], "exec"), namespace)
+            except BaseException:
+                traceback.print_exc()
+                print(f"FAILED: {where}", flush=True)
+                return 1
+            continue
+        script = console_commands(b["code"]) if b["kind"] == "console" else b["code"]
+        sys.stdout.flush()
+        rc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], stderr=subprocess.STDOUT).returncode
+        if rc:
+            print(f"FAILED: {where}: exit {rc} from\n{script}", flush=True)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run_plan(sys.argv[1]))
