@@ -105,6 +105,8 @@ class ArrayNode:
     # Dimension names a zarr v3 index states in ``dimension_names`` (set by the v3 conventions;
     # v2 indexes carry them in the ``_ARRAY_DIMENSIONS`` attribute only).
     dimension_names: list[str] | None = None
+    # numpy types of the attributes whose JSON form loses them (:func:`refindex.codecs.lost_type`): name -> dtype.str
+    attr_types: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +128,7 @@ class GroupNode:
     path: str
     attrs: dict[str, Any] = field(default_factory=dict)
     object_id: str | None = None
+    attr_types: dict[str, str] = field(default_factory=dict)  # as ArrayNode.attr_types
 
 
 @dataclass
@@ -139,6 +142,12 @@ class Tree:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
     root_object_id: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def is_hdmf_root(names: Any) -> bool:
+    """Do the root attribute ``names`` say the file was written by HDMF (NWB)?"""
+    names = set(names)
+    return ".specloc" in names or ("namespace" in names and "neurodata_type" in names)
 
 
 def join(parent: str, name: str) -> str:

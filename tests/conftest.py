@@ -196,13 +196,19 @@ def collect_in_main_thread():
 
 @pytest.fixture(scope="session")
 def nwb_files(tmp_path_factory):
-    """The pynwb test files of tests/nwbfiles.py (main, base, linking, hardlink), built once per session."""
+    """Every NWB test file, built once per session: ``{name: path}``.
+
+    The pynwb files of tests/nwbfiles.py (main, base, linking, hardlink) and the files written
+    the way other NWB writers write them, of tests/nwbwriters.py (aqnwb, mies, matnwb,
+    neuroconv; neuroconv_ttl, a real NeuroConv file).  Old pynwb versions' own files are in the corpus (``pynwb/``).
+    """
     pytest.importorskip("pynwb")
     import warnings
 
     import nwbfiles
+    import nwbwriters
 
     folder = tmp_path_factory.mktemp("nwb")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return nwbfiles.build_all(folder)
+        return nwbfiles.build_all(folder) | nwbwriters.build_all(folder)

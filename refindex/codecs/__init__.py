@@ -18,7 +18,7 @@ _WHERE = {
     "holds_zarr_lacks": "_longdouble", "view_dtype_attr": "_dtypes", "clear_long_padding": "_longdouble", "packed_dtype": "_dtypes", "plan_dtype": "_dtypes",
     "codec_ids": "_catalog", "codec_provider": "_catalog", "register_stock_codecs": "_runtime",
     "zarr_refusal": "_catalog",
-    "fill_value_json": "_values", "jsonable": "_values",
+    "fill_value_json": "_values", "jsonable": "_values", "lost_type": "_values",
     "NoV3Codec": "_v3", "v3_chain": "_v3", "codec_names": "_v3", "zarr_refusal_v3": "_v3",
     "register_v3_codecs": "_v3", "stock_in": "_v3", "OBJECT_CODECS": "_v3", "V3_NAMES": "_v3",
     "BYTESWAP": "_v3",

@@ -85,3 +85,22 @@ def jsonable(value: Any, ref_to_json_obj: Callable[[Any], Any] | None = None) ->
     if isinstance(value, (list, tuple)):
         return [jsonable(v, ref_to_json_obj) for v in value]
     return str(value)
+
+
+_JSON_NUMBERS = (np.dtype("int64"), np.dtype("float64"))
+
+
+def lost_type(value: Any) -> str | None:
+    """The numpy type of an attribute value that its JSON form does not keep, as ``dtype.str``, else None.
+
+    JSON reads back as Python ``int``/``float``/``bool`` and lists: numbers of another width
+    or sign (``uint64``, ``int32``, ``float32``...) and arrays of numbers or booleans (read
+    back as lists) lose their type; text, references, native ``int64``/``float64``/``bool``
+    scalars and compound records do not.  ``numpy.asarray(json_value, dtype)`` restores the
+    value exactly (JSON keeps every digit of what was written).
+    """
+    if isinstance(value, np.ndarray) and value.ndim and value.dtype.kind in "biuf":
+        return value.dtype.str
+    if isinstance(value, np.generic) and value.dtype.kind in "iuf" and value.dtype not in _JSON_NUMBERS:
+        return value.dtype.str
+    return None

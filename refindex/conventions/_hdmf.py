@@ -1,7 +1,9 @@
 """The hdmf convention (hdmf-zarr's v2 storage spec, read by ``hdmf_zarr.NWBZarrV2IO``).
 
-Links as ``zarr_link`` entries on the parent group, every dataset has ``zarr_dtype``,
-scalars stay 0-d, ``.specloc`` is a path string.
+Links as ``zarr_link`` entries on the parent group (further names of hard-linked datasets:
+arrays of their own, :func:`~._links.hard_linked_arrays`), every dataset has ``zarr_dtype``,
+scalars stay 0-d, ``.specloc`` is a path string; text, cached specifications and attribute
+types as :mod:`._hdmftext` says.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import Tree, join
-from ._links import add_zarr_link
+from ._hdmftext import present_text, record_attribute_types
+from ._links import add_zarr_link, hard_linked_arrays
 
 
 def _zarr_dtype(kind: Any) -> Any:
@@ -23,6 +26,7 @@ def _zarr_dtype(kind: Any) -> Any:
 
 
 def apply_hdmf(tree: Tree) -> None:
+    hard_linked_arrays(tree)
     for link in sorted(tree.links, key=lambda l: join(l.parent, l.name)):
         if link.parent in tree.groups:
             add_zarr_link(tree, link)
@@ -31,6 +35,9 @@ def apply_hdmf(tree: Tree) -> None:
     if isinstance(spec, dict) and isinstance(spec.get("value"), dict):
         path = spec["value"].get("path") or ""
         root.attrs[".specloc"] = path.lstrip("/")
+    specloc = root.attrs.get(".specloc")
+    present_text(tree, specloc if isinstance(specloc, str) else None)
+    record_attribute_types(tree)
     for node in tree.arrays.values():
         # Scalars stay 0-d with their real zarr_dtype: hdmf-zarr 0.14 reads both this and
         # the older shape-(1,) "scalar" form, but only 0-d keeps "object" for scalar

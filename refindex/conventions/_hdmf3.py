@@ -3,10 +3,11 @@
 It takes the place of the v2 ``hdmf`` convention; its target is what hdmf-zarr writes when
 it exports an HDF5 NWB file (``NWBZarrIO.export``), document by document:
 
-* links (soft links, further names of hard-linked objects, external links) are ``_LINKS``
+* links (soft links, further names of hard-linked groups, external links) are ``_LINKS``
   entries ``{"name", "source", "path"}`` on the parent group; ``source`` is ``"."`` in the
   same file, else the other file's path relative to this file's folder (as in v2); no
-  object ids (hdmf-zarr's v3 convention dropped them);
+  object ids (hdmf-zarr's v3 convention dropped them); further names of hard-linked
+  datasets are arrays of their own, as in v2 (:func:`~._links.hard_linked_arrays`);
 * object references in attributes are ``{"_REFERENCE": {"source": ".", "path": "/..."}}``;
 * object-reference datasets hold absolute target paths as text (``string`` + ``vlen-utf8``)
   with ``_DTYPE: "object_reference"``: the scanner stored each reference as JSON text
@@ -18,6 +19,7 @@ it exports an HDF5 NWB file (``NWBZarrIO.export``), document by document:
   ``float64``, ``bool``), ``"str"`` for text;
 * scalars stay 0-d, without ``_ARRAY_DIMENSIONS``; ``.specloc`` is the path of the cached
   specifications, whose documents carry no attributes;
+* text, cached specifications and attribute types as :mod:`._hdmftext` says (as in v2);
 * ``_ARRAY_DIMENSIONS`` stays an attribute (hdmf-zarr writes it) and is also the array's
   ``dimension_names``.
 
@@ -38,6 +40,8 @@ import numpy as np
 
 from .. import codecs, urls
 from ..model import ArrayNode, LinkNode, Tree, join
+from ._hdmftext import decoded_chunk, present_text, record_attribute_types
+from ._links import hard_linked_arrays
 
 REFERENCE_DTYPE = "object_reference"
 MIN_COMPOUND_TEXT = 512  # hdmf-zarr's COMPOUND_DTYPE_MIN_STRING_LENGTH: matched so documents agree
@@ -49,6 +53,7 @@ class _NoForm(Exception):
 
 def apply_hdmf3(tree: Tree) -> list[tuple[str, str]]:
     """Rewrite ``tree`` in place into hdmf-zarr 0.14's v3 convention; returns what has no form in it."""
+    hard_linked_arrays(tree)
     for link in sorted(tree.links, key=lambda item: join(item.parent, item.name)):
         group = tree.groups.get(link.parent)
         if group is not None:
@@ -57,6 +62,8 @@ def apply_hdmf3(tree: Tree) -> list[tuple[str, str]]:
     specloc = _specloc_path(root.attrs[".specloc"]) if root is not None and ".specloc" in root.attrs else None
     if specloc is not None:
         root.attrs[".specloc"] = specloc
+    present_text(tree, specloc)
+    record_attribute_types(tree)
     for group in tree.groups.values():
         group.attrs = {k: (v if k == ".specloc" else _attr_value(v)) for k, v in group.attrs.items()}
     spec_prefix = "/" + specloc.strip("/") + "/" if specloc else None
@@ -142,13 +149,6 @@ def _dataset(node: ArrayNode, *, spec: bool) -> None:
     node.attrs["_DTYPE"] = _dtype_name(node.kind)
 
 
-def _decode(node: ArrayNode, data: bytes) -> Any:
-    buf: Any = data
-    for codec in reversed(codecs.codec_pipeline(node.filters, node.compressor)):  # (numcodecs loads here)
-        buf = codec.decode(buf)
-    return buf
-
-
 def _path_of(text: str) -> str:
     """A target path from the scan's JSON text of one reference ("" stays "": edge-chunk padding)."""
     if text == "":
@@ -173,7 +173,7 @@ def _reference_paths(node: ArrayNode) -> None:
     if node.refs is not None and len(node.refs):
         raise _NoForm("reference dataset with chunks referenced in the file (they must be inline)")
     for key, data in list(node.inline.items()):
-        texts = np.asarray(_decode(node, data), dtype=object)
+        texts = np.asarray(decoded_chunk(node, data), dtype=object)
         paths = np.array([_path_of(str(t)) for t in texts.reshape(-1)], dtype=object).reshape(texts.shape)
         node.inline[key] = codecs.encode_chunk(paths, node.filters, node.compressor)
 
@@ -195,7 +195,7 @@ def _compound(node: ArrayNode) -> None:
     paths: dict[str, dict[str, np.ndarray]] = {}
     width = dict.fromkeys(ref_fields, MIN_COMPOUND_TEXT)
     for key, data in node.inline.items():
-        arr = np.frombuffer(bytes(_decode(node, data)), dtype=dt).reshape(tuple(node.chunks))
+        arr = np.frombuffer(bytes(decoded_chunk(node, data)), dtype=dt).reshape(tuple(node.chunks))
         decoded[key], paths[key] = arr, {}
         for name in ref_fields:
             flat = [_path_of(str(t)) for t in arr[name].reshape(-1)]

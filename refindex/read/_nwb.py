@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError, SourceError
+from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
 from ._open import ReadOptions, index_location, index_store, prepare_unchecked, store_of
@@ -410,6 +411,12 @@ def nwb_io_class() -> Any:
         """
 
         refindex_external: ExternalIndexes | None = None
+        refindex_attribute_types: dict[str, dict[str, str]] = {}
+
+        def read_builder(self):
+            builder = super().read_builder()
+            restore_attribute_types(builder, self.refindex_attribute_types)
+            return builder
 
         @classmethod
         def _open_for_namespaces(cls, store):
@@ -474,6 +481,12 @@ def nwb_io_class_v3() -> Any:
 
     class RefsNWBZarrIO(NWBZarrIO):
         refindex_external: ExternalIndexes | None = None
+        refindex_attribute_types: dict[str, dict[str, str]] = {}
+
+        def read_builder(self):
+            builder = super().read_builder()
+            restore_attribute_types(builder, self.refindex_attribute_types)
+            return builder
 
         def resolve_ref(self, zarr_ref):
             ref = _as_ref(zarr_ref)
@@ -628,6 +641,11 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
 
     An Icechunk repository (``group``, ``branch``, ``snapshot`` as for :func:`refindex.open`)
     is read through hdmf-zarr's ``NWBZarrIO`` over its read-only session's store.
+
+    Attributes whose type JSON cannot carry (``uint64``, ``float32``, arrays) get the type the
+    scan recorded (:mod:`refindex.read._attrtypes`) before the containers are made, as
+    ``NWBHDF5IO`` hands them over: files hdmf-zarr alone cannot build (an unsigned attribute a
+    constructor checks) open here.
     """
     from ._open import opened_icechunk
 
@@ -636,6 +654,15 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     if ic is not None:
         ic.zarr_group()  # the codecs registered, the group checked
         io = nwb_io_class_v3()(path=ic.store(), mode="r")
+        record = ic.record()
+        io.refindex_attribute_types = recorded_types(record)
+        source = (record.get("source") or {}).get("url")
+        # linked files: as for a JSON index of this file (their chunks read with the source's options)
+        io.refindex_external = ExternalIndexes(
+            {"refindex": {**record, "zarr_format": 3}, "templates": {"u": source} if source else {}},
+            ReadOptions.of(storage_options=remote_options, remote_options=remote_options, check_source=check_source,
+                           cache=cache, allowed_urls=allowed_urls, trust=trust),
+            external=external, scan_missing=scan_missing)
         return _read_kept(io)
     loaded, opts, check = prepare_unchecked(refs, ReadOptions.of(
         storage_options=storage_options, remote_options=remote_options, remote_protocol=remote_protocol,
@@ -646,6 +673,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
         store.read_ahead(*first_acquisition_chunks(store, read_ahead))
     check()
     io = io_class(path=store, mode="r")
+    io.refindex_attribute_types = recorded_types(provenance_of(loaded, store))
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
                                                external=external, scan_missing=scan_missing)

@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ..codecs import jsonable
+from ..codecs import jsonable, lost_type
 from ..errors import RefindexError, UnsupportedError
 from ._context import ScanContext
 
@@ -137,8 +137,9 @@ def attribute_value(aid: Any) -> Any:
     return arr[()] if arr.ndim == 0 else arr
 
 
-def attributes_of(ctx: ScanContext, obj: Any, path: str) -> dict[str, Any]:
-    """The attributes of ``obj`` as JSON values (dimension-scale and netCDF bookkeeping left out)."""
+def attributes_of(ctx: ScanContext, obj: Any, path: str, types: dict[str, str] | None = None) -> dict[str, Any]:
+    """The attributes of ``obj`` as JSON values (dimension-scale and netCDF bookkeeping left out);
+    ``types`` gets the numpy type of each one whose JSON form loses it (:func:`~refindex.codecs.lost_type`)."""
     out: dict[str, Any] = {}
     try:
         names = sorted(obj.attrs.keys())
@@ -173,6 +174,9 @@ def attributes_of(ctx: ScanContext, obj: Any, path: str) -> dict[str, Any]:
                 continue
             raise ctx.fail(path, reason) from e
         out[name] = attr_json(ctx, value)
+        lost = lost_type(value) if types is not None else None
+        if lost:
+            types[name] = lost
     return out
 
 

@@ -8,6 +8,7 @@ functions with a context of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable
 
 import h5py
@@ -20,7 +21,7 @@ except ImportError:  # pragma: no cover
 from .. import urls
 from ..compare import object_key
 from ..errors import RefindexError, UnsupportedError
-from ..model import ArrayNode, ChunkTable, Tree
+from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
 from .chunkindex import FileFacts, IndexStats, Unparsed
@@ -71,6 +72,19 @@ class ScanContext:
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""
         return self.canonical.get(object_key(obj)) or obj.name
+
+    @cached_property
+    def hdmf(self) -> bool:
+        """Will the hdmf conventions apply (forced, or the root says HDMF wrote the file)?
+
+        Fixed-length text they state as text must then be in the index (see :func:`build_array`).
+        """
+        if self.opts.convention != "auto":
+            return self.opts.convention == "hdmf"
+        try:
+            return is_hdmf_root(self.f.attrs.keys())
+        except Exception:
+            return False
 
     @property
     def remote(self) -> bool:

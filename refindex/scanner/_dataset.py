@@ -30,13 +30,14 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
         plan = plan_dtype(dt, lambda r: ref_json(ctx, r))
     except ValueError as e:
         raise ctx.fail(path, str(e)) from e
-    attrs = attributes_of(ctx, d, path)
+    types: dict[str, str] = {}
+    attrs = attributes_of(ctx, d, path, types)
     attrs.update(plan.attrs)
     oid = attrs.get("object_id") if isinstance(attrs.get("object_id"), str) else None
 
     if d.shape is None:  # null dataspace: no elements, not even a scalar
         node = ArrayNode(path, (0,), (1,), plan.dtype if plan.dtype is not None else "|u1", None,
-                         attrs=attrs, kind=plan.kind, object_id=oid)
+                         attrs=attrs, kind=plan.kind, object_id=oid, attr_types=types)
         node.filters = [plan.object_codec] if plan.object_codec else None
         node.attrs["refindex_null_dataspace"] = True
         node.attrs["_ARRAY_DIMENSIONS"] = [phony_dim(ctx, path, 0, [])]
@@ -44,7 +45,7 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
 
     shape = tuple(int(s) for s in d.shape) + plan.extra_shape
     node = ArrayNode(path, shape, shape, plan.dtype, None, attrs=attrs, kind=plan.kind,
-                     scalar=(d.shape == ()), object_id=oid)
+                     scalar=(d.shape == ()), object_id=oid, attr_types=types)
     node.attrs["_ARRAY_DIMENSIONS"] = dims_of(ctx, d, path, len(plan.extra_shape))
 
     if d.is_virtual:
@@ -71,6 +72,9 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
             data = np.ascontiguousarray(d[()])
             node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
         return node
+    if ctx.hdmf and plan.kind == "str" and d.size <= 1 and len(shape) <= 1:
+        # one fixed-length text: the hdmf conventions state it as text (a str), from these bytes
+        return inline_decoded(ctx, d, node, plan, "fixed-length text of an HDMF file", note=False)
     strpad = string_padding(dsid.get_type())
     if strpad:
         strpad, why = strings_plan(ctx, d, nd, strpad)

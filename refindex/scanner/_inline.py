@@ -32,8 +32,10 @@ def read_all(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, why: str | None
         raise ctx.fail(node.path, f"{prefix}h5py cannot read the values either: {e}") from e
 
 
-def inline_decoded(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan, why: str) -> ArrayNode:
-    """Values read by h5py (decoded) stored inline, zlib-compressed."""
+def inline_decoded(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan, why: str,
+                   note: bool = True) -> ArrayNode:
+    """Values read by h5py (decoded) stored inline, zlib-compressed; ``note``: say ``why`` in the
+    array's ``refindex_inlined`` attribute."""
     if not plan.raw:
         return inline_converted(ctx, d, node, plan, why)
     nd = plan.numpy_dtype if plan.numpy_dtype is not None else d.dtype
@@ -44,7 +46,8 @@ def inline_decoded(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTy
     node.dtype = descr(nd)
     node.fill_value = fill_value_json(fill_value_of(d, nd), nd)
     node.filters, node.compressor = None, {"id": "zlib", "level": 1}
-    node.attrs["refindex_inlined"] = why
+    if note:
+        node.attrs["refindex_inlined"] = why
     store_inline(node, data)
     return node
 

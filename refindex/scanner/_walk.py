@@ -134,9 +134,10 @@ def index_objects(ctx: ScanContext) -> list[str]:
 
 def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
     """One group: its attributes, links and datasets (its subgroups are visited on their own)."""
-    attrs = attributes_of(ctx, g, path)
+    types: dict[str, str] = {}
+    attrs = attributes_of(ctx, g, path, types)
     oid = attrs.get("object_id")  # read with the others: opening it again costs as much
-    ctx.tree.groups[path] = GroupNode(path, attrs, oid if isinstance(oid, str) else object_id_of(g))
+    ctx.tree.groups[path] = GroupNode(path, attrs, oid if isinstance(oid, str) else object_id_of(g), types)
     for name in children(ctx, g, path):
         child = join(path, name)
         if "\\" in name:
