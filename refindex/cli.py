@@ -84,6 +84,9 @@ def add_scan(sub: Any) -> None:
     s.add_argument("--portable", action="store_true",
                    help="copy in (decoded, within --inline-max) datasets whose chunks only refindex's own codecs "
                         "read, or fail: the index then opens with numcodecs and imagecodecs alone")
+    s.add_argument("--native-index", action=argparse.BooleanOptionalAction, default=True,
+                   help="list chunks with refindex's own readers of the chunk indexes, a tree level per round trip "
+                        "(default); --no-native-index: with libhdf5's chunk_iter (the index is the same)")
     add_isolation(s, "scan")
     s.set_defaults(func=cmd_scan)
 
@@ -109,7 +112,7 @@ def scan_options(args: argparse.Namespace) -> Any:
         inline_max=args.inline_max,
         contiguous_chunk_bytes="default" if args.contiguous_chunk_bytes is None else args.contiguous_chunk_bytes,
         on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
-        allow_outside=args.allow_outside,
+        allow_outside=args.allow_outside, native_index=args.native_index,
         max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
         portable=args.portable, zarr_format=args.zarr_format)
 

@@ -46,6 +46,11 @@ class StaleIndexError(RefindexError):
     """The source changed (size, etag or mtime) since the index was made: its offsets may be wrong."""
 
 
+class IndexMismatch(RefindexError):
+    """The native chunk-index readers and libhdf5 list different chunks: a refindex bug, raised only where
+    every native table is checked against libhdf5's (``REFINDEX_CHECK_CHUNK_INDEX``, the test suite)."""
+
+
 class WorkerCrashed(RefindexError):
     """A worker process died while running a job (a crash inside libhdf5 or a codec)."""
 

@@ -127,7 +127,9 @@ class ScanOptions:
     :data:`TIME_LIMIT_POLICY`),
     ``split_walk`` (share the walk of a remote file of many groups with a forked helper
     process: None when it pays, True whenever possible, False never; see
-    :mod:`refindex.scanner._split`).
+    :mod:`refindex.scanner._split`), ``native_index`` (list chunks with refindex's own readers of
+    libhdf5's chunk indexes, a tree level per round trip; False: libhdf5's ``chunk_iter`` for every
+    dataset; the index is the same either way, see docs/scale.md).
     """
 
     inline_threshold: int = 256
@@ -149,6 +151,7 @@ class ScanOptions:
     isolate: bool = False
     timeout: float | None = None
     split_walk: bool | None = None
+    native_index: bool = True
 
     def __post_init__(self) -> None:
         if self.zarr_format not in ZARR_FORMATS:

@@ -90,6 +90,7 @@ def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[
         if stats is not None:
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
+            stats["chunk_index"] = ctx.index_stats.as_dict()
     return Scanned(tree, src.url, {"url": target, **described})
 
 

@@ -12,7 +12,8 @@ attributes (``_attrs``), each storage layout (``_chunked``, ``_contiguous``, ``_
 """
 
 from ._attrs import unsafe_type
-from ._chunked import BULK_INLINE, GRID_PREALLOCATE, chunk_table
+from ._chunked import BULK_INLINE
+from ._chunkiter import GRID_PREALLOCATE, chunk_table
 from ._context import ScanContext
 from ._walk import scan_file
 

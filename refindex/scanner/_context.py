@@ -24,6 +24,7 @@ from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
+from .chunkindex import FileFacts, IndexStats, Unparsed
 
 # (url or None for the scanned file, offsets, sizes) -> the bytes of each range, in few requests
 ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
@@ -53,6 +54,8 @@ class ScanContext:
     dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
     # Small chunks to copy into the index, read together once the walk is done.
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
+    index_stats: IndexStats = field(default_factory=IndexStats)  # which reader listed each dataset's chunks
+    index_facts: FileFacts | Unparsed | None = None  # sizes and base address for the native index readers
 
     def __post_init__(self) -> None:
         self.label = self.label or self.url
@@ -104,7 +107,7 @@ class ScanContext:
                 return outer(url if u is None else u, offsets, sizes)
 
         return ScanContext(f, url, file_size, replace(self.opts, check_sample=False), read_many, self.fs_for,
-                           label=url, progress=self.progress)
+                           label=url, progress=self.progress, index_stats=self.index_stats)
 
 
 def fill_value_of(d: h5py.Dataset, nd: Any) -> Any:

@@ -39,6 +39,7 @@ from typing import Callable, NoReturn
 from ..model import Tree
 from ..progress import NoProgress
 from ._context import ScanContext
+from .chunkindex import IndexStats
 
 MIN_GROUPS = 32  # fewer groups: the fork and the pickles cost about what the helper saves
 _HEADER = struct.Struct("<IIQ")  # one message: group index, datasets done, pickle length; then the pickle
@@ -128,11 +129,11 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
         root_id, url = ctx.tree.root_object_id, ctx.tree.url
         for i in range(len(groups) - 1, -1, -1):
             part = Tree(url=url, root_object_id=root_id)
-            ctx.tree, ctx.deferred, counted.done = part, [], 0
+            ctx.tree, ctx.deferred, counted.done, ctx.index_stats = part, [], 0, IndexStats()
             visit(ctx, groups[i])
             msg = pickle.dumps((part.groups, part.arrays, part.links, part.skipped,
-                                part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i])),
-                               protocol=pickle.HIGHEST_PROTOCOL)
+                                part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i]),
+                                ctx.index_stats), protocol=pickle.HIGHEST_PROTOCOL)
             _write_all(w, _HEADER.pack(i, counted.done, len(msg)) + msg)
         code = 0
     except BaseException:  # noqa: BLE001 - the parent visits whatever was not delivered
@@ -199,7 +200,8 @@ class _Inbox:
 
 
 def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
-    groups, arrays, links, skipped, omitted, deferred, phony = pickle.loads(payload)
+    groups, arrays, links, skipped, omitted, deferred, phony, index_stats = pickle.loads(payload)
+    ctx.index_stats.merge(index_stats)
     tree = ctx.tree
     tree.groups.update(groups)
     tree.arrays.update(arrays)

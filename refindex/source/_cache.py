@@ -18,9 +18,10 @@ from typing import Any
 
 from ..errors import SourceError, short_read
 from ..options import CacheOptions
-from ._retry import with_retries
+from ._retry import is_transient, retry_policy
 
 WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
+PART = 2 << 20  # longer ranges are fetched as concurrent parts of this size (a connection's speed is bounded)
 
 
 @dataclass
@@ -187,39 +188,69 @@ class BlockCache(io.RawIOBase):
                 self.blocks[(start + off) // bs] = data[off : off + bs]
 
     def _get(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes of ``ranges`` in one round trip (concurrent requests), retried, counted, checked."""
+        """The bytes of ``ranges`` in one round trip: concurrent requests, each at most :data:`PART` bytes
+        (a long range is fetched as parts side by side), a failed one retried alone; counted and checked."""
         if os.getpid() != self._pid:  # a forked copy: the event loop that fetches runs in the parent only
             raise SourceError("cannot fetch in a forked process (its parent opened the file)", file=self.path)
-        t0 = time.perf_counter()
+        parts = [(p, min(b, p + PART)) for a, b in ranges for p in range(a, b, PART)] or [(a, a) for a, _ in ranges]
+        datas = self._fetch_parts(parts)
+        out, at = [], 0
+        for a, b in ranges:
+            n = max(1, -(-(b - a) // PART))
+            out.append(datas[at] if n == 1 else b"".join(datas[at:at + n]))
+            at += n
+        return out
 
-        def fetch() -> list[Any]:
-            if len(ranges) == 1:
-                datas: list[Any] = [self.fs.cat_file(self.path, start=ranges[0][0], end=ranges[0][1])]
-            else:  # async filesystems (http, s3, gcs) run these concurrently
-                datas = self.fs.cat_ranges([self.path] * len(ranges), [a for a, _ in ranges],
-                                           [b for _, b in ranges])
-            for d in datas:
+    def _fetch_parts(self, parts: list[tuple[int, int]]) -> list[bytes]:
+        """Fetch ``parts`` concurrently; transient failures are retried (only the parts that failed)."""
+        out: list[Any] = [None] * len(parts)
+        todo = list(range(len(parts)))
+        delays = retry_policy.delays()
+        for attempt in range(len(delays) + 1):
+            t0 = time.perf_counter()
+            datas = self._cat([parts[i] for i in todo])
+            self.stats.seconds += time.perf_counter() - t0
+            self.stats.round_trips += 1
+            self.stats.requests += len(todo)
+            failed = []
+            for i, d in zip(todo, datas):
                 if isinstance(d, BaseException):
-                    raise d
-            return datas
+                    failed.append((i, d))
+                    continue
+                self.stats.bytes_fetched += len(d)
+                start, end = parts[i]
+                if len(d) != end - start:
+                    raise short_read(start, end - start, len(d), self.path)
+                out[i] = d
+            if not failed:
+                return out
+            if attempt == len(delays) or not all(is_transient(e) for _, e in failed):
+                self._raise(failed, parts)
+            time.sleep(delays[attempt])
+            todo = [i for i, _ in failed]
+        return out  # not reached
 
-        try:
-            datas = with_retries(fetch)
-        except FileNotFoundError as e:
+    def _cat(self, parts: list[tuple[int, int]]) -> list[Any]:
+        """One concurrent fetch; a failed request's exception takes its place in the result."""
+        if len(parts) == 1:
+            try:
+                return [self.fs.cat_file(self.path, start=parts[0][0], end=parts[0][1])]
+            except Exception as e:  # noqa: BLE001 - judged by the caller (retried when transient)
+                return [e]
+        try:  # async filesystems (http, s3, gcs) run these concurrently
+            return list(self.fs.cat_ranges([self.path] * len(parts), [a for a, _ in parts], [b for _, b in parts],
+                                           on_error="return"))
+        except Exception as e:  # noqa: BLE001 - the call itself failed: every part with it
+            return [e] * len(parts)
+
+    def _raise(self, failed: list[tuple[int, BaseException]], parts: list[tuple[int, int]]) -> None:
+        e = next((e for _, e in failed if not is_transient(e)), failed[0][1])
+        if isinstance(e, FileNotFoundError):
             raise SourceError(f"file not found ({e})", file=self.path) from e
-        except SourceError:
-            raise
-        except Exception as e:  # network and permission errors from any backend
-            where = ", ".join(f"{a}-{b}" for a, b in ranges)
-            raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
-        self.stats.seconds += time.perf_counter() - t0
-        self.stats.round_trips += 1
-        for (start, end), data in zip(ranges, datas):
-            self.stats.requests += 1
-            self.stats.bytes_fetched += len(data)
-            if len(data) != end - start:
-                raise short_read(start, end - start, len(data), self.path)
-        return datas
+        if isinstance(e, SourceError):
+            raise e
+        where = ", ".join(f"{parts[i][0]}-{parts[i][1]}" for i, _ in failed[:8])
+        raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
 
     def read_ranges(self, offsets: list[int], sizes: list[int]) -> list[bytes]:
         """Many ``(offset, size)`` ranges: cached ones from the blocks, the rest in one round trip.

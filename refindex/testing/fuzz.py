@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
+from ..errors import IndexMismatch, RefindexError, WorkerCrashed, WorkerTimeout
 from ..isolate import Worker
 
 H5_SUFFIXES = (".h5", ".hdf5", ".nwb", ".he5", ".hdf", ".nc", ".h5ad")
@@ -202,6 +202,9 @@ def _one(worker: Worker, path: str, what: str, data: bytes, i: int, workdir: str
         if getattr(e, "internal", False):
             outcome = "internal"
             report.findings.append(f"internal {label}: {e.reason}")
+        elif isinstance(e, IndexMismatch):  # check mode: a native chunk table other than libhdf5's
+            outcome = "mismatch"
+            report.findings.append(f"chunk index mismatch {label}: {e.reason}")
         else:
             outcome = f"error:{type(e).__name__}"
         if os.path.exists(out):
