@@ -132,6 +132,20 @@ def assert_chunks_referenced(refs, prefix: str, d: h5py.Dataset, url) -> int:
     return n
 
 
+def dataset_names(f: h5py.Group) -> list[str]:
+    """Every dataset's path under ``f`` (each object once, as ``visititems`` names it), collected before
+    anything is read: no zarr or fsspec read may run inside h5py's visit callbacks (see h5guard)."""
+    names: list[str] = []
+    f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def pytest_configure(config):
+    import h5guard
+
+    h5guard.install()
+
+
 @pytest.fixture
 def h5path(tmp_path):
     return tmp_path / "data.h5"
