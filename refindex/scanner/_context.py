@@ -52,6 +52,8 @@ class ScanContext:
     dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
     # Small chunks to copy into the index, read together once the walk is done.
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
+    # (offset, bytes) of this file's ranges copied into the index: part of what its fingerprint covers
+    copied: list[tuple[int, bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.url
@@ -64,6 +66,10 @@ class ScanContext:
     def read_file(self, url: str | None, start: int, length: int) -> bytes:
         """Bytes of the scanned file (``url`` None or its own URL) or of another file."""
         return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
+
+    def header_addresses(self) -> list[int]:
+        """The file addresses of the object headers of every object the walk found."""
+        return [key[1][0] for key in self.canonical if isinstance(key[1], tuple) and key[1]]
 
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""
