@@ -83,8 +83,10 @@ def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[
             if bar is not None:
                 bar.close()
         # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
-        # copy), only the size is known to hold for the target too.
-        described = src.info if target == src.url else {"size": src.info["size"]}
+        # copy), only the size is known to hold for the target too, and the fingerprint of the
+        # bytes the index depends on (it names places in the file, not the file's name).
+        described = dict(src.info) if target == src.url else {"size": src.info["size"]}
+        described["fingerprint"] = src.fingerprint(ctx.header_addresses(), ctx.copied)
         # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
@@ -232,6 +234,8 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
     """
     if format not in FORMATS:
         raise RefindexError(f"unknown output format {format!r} (json or parquet)", file=os.fspath(output))
+    if urls.is_local(os.fspath(output)):
+        writers.check_writable(urls.split(os.fspath(output))[1])  # before the scan: no work spent in vain
     if format == "parquet":
         if options.follow_external or options.isolate:
             raise RefindexError("follow_external and isolate are not supported with parquet output",
