@@ -42,8 +42,13 @@ class VerifyError(RefindexError):
     """Data read through the index differs from what h5py reads."""
 
 
+class OutputError(RefindexError):
+    """An output (an index, a manifest, a repository) cannot be written where it was asked for."""
+
+
 class StaleIndexError(RefindexError):
-    """The source changed (size, etag or mtime) since the index was made: its offsets may be wrong."""
+    """The source changed since the index was made (its size, or its validators and the bytes the
+    index depends on): its offsets may point at other data now."""
 
 
 class WorkerCrashed(RefindexError):
