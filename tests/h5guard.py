@@ -63,7 +63,8 @@ def _guard_zarr_sync(sync: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(sync)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if phil._is_owned():
-            where = "inside an h5py visit callback" if _in_visit() else "inside a libhdf5 callback"
+            where = ("inside an h5py visit callback" if _in_visit() else
+                     "e.g. in a loop over an h5py group's items() or values(), which hold it from item to item")
             raise HeldLockRead(MESSAGE.format(what="zarr", where=where))
         return sync(*args, **kwargs)
 
