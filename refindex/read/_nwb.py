@@ -641,7 +641,6 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
         storage_options=storage_options, remote_options=remote_options, remote_protocol=remote_protocol,
         check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust), accept=require_nwb)
     require_nwb(declared_of(loaded, opts), index_location(refs))
-    io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
     store = store_of(loaded, opts)
     if read_ahead > 0 and isinstance(store, IndexStore):  # under way while the source is checked
         store.read_ahead(*first_acquisition_chunks(store, read_ahead))
@@ -651,6 +650,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
         if isinstance(store, IndexStore):
             store.drop_read_ahead()
         raise
+    io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
     io = io_class(path=store, mode="r")
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
