@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import warnings
 
 import fsspec
@@ -498,3 +499,16 @@ def test_corpus_hdmf_reads_equal(rel):
         assert errors[0] == errors[1]
     finally:
         hio.close()
+
+
+def test_a_changed_linked_file_is_not_read_through_its_old_index(nwb_dir, tmp_path):
+    """The index of an externally linked file is checked against that file, as the main one is."""
+    for name in ("linking", "base"):
+        shutil.copy(nwb_dir[name], tmp_path / os.path.basename(nwb_dir[name]))
+    path, base = tmp_path / os.path.basename(nwb_dir["linking"]), tmp_path / os.path.basename(nwb_dir["base"])
+    followed = index(path, follow_external=True)
+    with h5py.File(base, "a") as f:  # the linked file is rewritten
+        f.create_dataset("extra", data=np.arange(1000))
+    with pytest.raises(refindex.StaleIndexError, match="base.nwb: source changed since it was indexed"):
+        refindex.open_nwb(followed)
+    refindex.open_nwb(followed, check_source=False)  # asked to read anyway

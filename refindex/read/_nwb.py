@@ -347,7 +347,7 @@ class ExternalIndexes:
     def _load(self, source: str) -> tuple[dict[str, Any], ReadOptions]:
         """(the index of ``source``, rebased; the options its store is made with)."""
         entry = ((self.refs.get("refindex") or {}).get("external") or {}).get(source) or {}
-        opts = self.opts
+        opts, made_here = self.opts, False
         if source in self.external:
             given = self.external[source]
             r = load_refs(given)
@@ -367,11 +367,15 @@ class ExternalIndexes:
             self._admit(target, f"refindex.external[{source!r}].url" if entry.get("url") else
                         f"the external link source {source!r}")
             r = scan_refs(target, ScanOptions(convention="hdmf", zarr_format=self.zarr_format))
-            opts = replace(opts, trust=True)  # made here, from a file the index may name
+            opts, made_here = replace(opts, trust=True), True  # made here, from a file the index may name
         else:
             raise SourceError(f"no index for the externally linked file {source!r}", file=source)
         if not isinstance(r, dict):
             raise RefindexError("externally linked indexes must be JSON indexes", file=source)
+        if self.opts.check_source and not made_here:  # (an index made here just now is fresh)
+            from .freshness import check_source
+
+            check_source(r, storage_options=self.opts.remote_options)
         if zarr_format_of(r) != self.zarr_format:
             raise RefindexError(f"the index of the externally linked file is zarr v{zarr_format_of(r)}, the linking "
                                 f"one zarr v{self.zarr_format}", file=source)
