@@ -176,6 +176,19 @@ def moto_s3(key: str = "testing", secret: str = "testing") -> Iterator[dict[str,
         server.stop()
 
 
+def collect_garbage() -> None:
+    """Collect garbage now, in this (the main) thread; what survives is frozen out of later collections.
+
+    A full collection walks every object the process holds: after some hundred tests that is
+    seconds per call, and the modules that collect after each test (Icechunk, hdmf-zarr ios)
+    spent more time there than in their tests. Frozen survivors (``gc.freeze``) are still freed
+    by reference counting; only cycles among them are never collected again, which also keeps
+    their finalizers off zarr's loop thread.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture
 def collect_in_main_thread():
     """Collect garbage in the main thread after the test (autouse it in modules that make Icechunk objects).
@@ -186,7 +199,13 @@ def collect_in_main_thread():
     keeps that away from every later test.
     """
     yield
+    collect_garbage()
+
+
+def pytest_collection_finish(session):
+    """What collection made (test modules, parameters, items) lives all session: out of the collector's way."""
     gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

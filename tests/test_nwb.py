@@ -24,6 +24,7 @@ import refindex
 
 import nwbcompare  # noqa: E402  (tests/ is on sys.path under pytest)
 import nwbfiles  # noqa: E402
+from conftest import collect_garbage  # noqa: E402
 
 pynwb = pytest.importorskip("pynwb")
 hdmf_zarr = pytest.importorskip("hdmf_zarr")
@@ -56,14 +57,12 @@ def _close_zarr_ios():
     """
     start = len(_OPEN_IOS)  # ios of wider-scoped fixtures (set up before this) stay open
     yield
-    import gc
-
     while len(_OPEN_IOS) > start:
         try:
             _OPEN_IOS.pop().close()
         except Exception:
             pass
-    gc.collect()
+    collect_garbage()  # (cheap: what earlier tests left alive is frozen)
 
 
 def consumer_read(refs):
