@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any, Iterator, NoReturn
 
-from .isolate import Cleanup, Job, Worker, death_error, job_outcome, rebuild_error, timeout_error, unsendable
+from .isolate import Cleanup, Job, death_error, job_outcome, rebuild_error, run_isolated, timeout_error, unsendable
 from .lifetime import clean_after, die_with_parent, finished
 
 MiB = 1 << 20
@@ -81,8 +81,7 @@ def run_once(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str | N
     """
     if can_fork():
         return run_forked(job, kwargs, timeout=timeout, label=label, cleanup=cleanup, quiet=quiet)
-    with Worker() as worker:
-        return worker.run(job, kwargs, timeout=timeout, label=label, cleanup=cleanup)
+    return run_isolated(job, kwargs, timeout=timeout, label=label, cleanup=cleanup)
 
 
 def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str | None = None,

@@ -156,11 +156,10 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
     """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
-    from .isolate import DEFAULT_TIMEOUT, Worker
+    from .isolate import DEFAULT_TIMEOUT, run_isolated
 
-    with Worker() as worker:
-        result, job_stats = worker.run(job, {"source": os.fspath(source), "options": options},
-                                       timeout=options.timeout or DEFAULT_TIMEOUT)
+    result, job_stats = run_isolated(job, {"source": os.fspath(source), "options": options},
+                                     timeout=options.timeout or DEFAULT_TIMEOUT)
     if stats is not None:
         stats.update(job_stats)
     return result
