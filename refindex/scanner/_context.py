@@ -68,8 +68,10 @@ class ScanContext:
         return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
 
     def header_addresses(self) -> list[int]:
-        """The file addresses of the object headers of every object the walk found."""
-        return [key[1][0] for key in self.canonical if isinstance(key[1], tuple) and key[1]]
+        """The file offsets of the object headers of every object the walk found (HDF5 addresses count
+        from the superblock, which a user block moves)."""
+        base = int(getattr(self.f, "userblock_size", 0) or 0)
+        return [base + key[1][0] for key in self.canonical if isinstance(key[1], tuple) and key[1]]
 
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""
