@@ -9,6 +9,7 @@ skip with the reason.
 from __future__ import annotations
 
 import csv
+import json
 import re
 import time
 import warnings
@@ -16,6 +17,8 @@ import warnings
 import pytest
 
 import refindex
+from refindex import safety
+from refindex.model import external_sources
 
 from corpus import CORPUS  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
@@ -68,6 +71,19 @@ def test_corpus_file_reads_exactly(row: dict[str, str]) -> None:
     refs = refindex.scan(path, on_unsupported="skip")  # ... and skip mode records it in the index
     elapsed = time.perf_counter() - t0
     assert elapsed < SLOW_SECONDS, f"{rel} took {elapsed:.1f} s to scan"
+
+    # Every index refindex makes of the corpus names only allowlisted codecs (never pickle), the
+    # indexes of the files its external links point into too.
+    indexes = [refs]
+    if external_sources(refs):
+        try:
+            followed = refindex.scan(path, on_unsupported="skip", follow_external=True)
+        except refindex.RefindexError:  # (a link that may not be followed: its file has no index here)
+            followed = {"refindex": {}}
+        indexes += [e["refs"] for e in (followed["refindex"].get("external") or {}).values() if "refs" in e]
+    for r in indexes:
+        assert safety.unsafe_codecs(r) == [], rel
+        assert "pickle" not in json.dumps(r["refs"].get(".zmetadata", "")), rel
 
     skipped = refs["refindex"].get("skipped", [])
     for s in skipped:
