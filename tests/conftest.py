@@ -144,6 +144,7 @@ def pytest_configure(config):
     import h5guard
 
     h5guard.install()
+    config.addinivalue_line("markers", "xdist_group(name): tests kept on one xdist worker (see SPREAD_MODULES)")
 
 
 @pytest.fixture
@@ -200,6 +201,20 @@ def collect_in_main_thread():
     """
     yield
     collect_garbage()
+
+
+# Modules whose tests share no state (no module fixture worth keeping, no tally over the module):
+# under ``--dist loadgroup`` (the Makefile's) their tests are spread over the workers one by one,
+# filling the end of the run; every other module stays whole on one worker, as ``--dist loadfile``
+# keeps it (module fixtures made once, tallies such as test_v3's counting every test).
+SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which names each test's group from the mark
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def pytest_collection_finish(session):
