@@ -26,11 +26,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/refindex demo
 
-# two workers, a test file each at a time (files keep their module fixtures and corpus tallies): ~6 min on 2 cores
+# two workers; a test file stays on one worker (its module fixtures and tallies), except the corpus
+# modules tests/conftest.py spreads test by test (SPREAD_MODULES), which fill the end of the run
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/run_all.py

@@ -409,6 +409,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
         said = f"committed {extra['snapshot']}" if extra.get("snapshot") else "nothing committed"
         print(f"{said} to {extra['repository']} (branch {extra['branch']}); containers "
               f"{', '.join(extra.get('containers') or []) or 'none'}", file=sys.stderr)
+    if report.manifest_error:
+        print(f"refindex: error: {report.manifest_error} (the results above are not recorded: a re-run does "
+              "their work again; --manifest PATH puts the manifest elsewhere)", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK if report.ok else EXIT_DIFFERENT
 
 

@@ -42,8 +42,13 @@ class VerifyError(RefindexError):
     """Data read through the index differs from what h5py reads."""
 
 
+class OutputError(RefindexError):
+    """An output (an index, a manifest, a repository) cannot be written where it was asked for."""
+
+
 class StaleIndexError(RefindexError):
-    """The source changed (size, etag or mtime) since the index was made: its offsets may be wrong."""
+    """The source changed since the index was made (its size, or its validators and the bytes the
+    index depends on): its offsets may point at other data now."""
 
 
 class IndexMismatch(RefindexError):
@@ -71,18 +76,3 @@ class UntrustedReference(RefindexError):
         self.url = url
         self.uses = uses
         super().__init__(reason, file=file)
-
-
-def short_read(start: int, wanted: int, got: int, file: str | None) -> SourceError:
-    """The error for a range read that returned ``got`` bytes instead of ``wanted``, in the user's words.
-
-    More bytes than asked for means the server ignored the ``Range`` header and sent the whole file
-    (``python -m http.server`` does): refindex reads parts of files, so the server must support Range
-    requests.  Fewer means the file ends before the bytes the index names: changed or truncated.
-    """
-    if got > wanted:
-        return SourceError(f"asked for {wanted} bytes at offset {start} and got {got}: the server ignored the "
-                           "HTTP Range request (it must support Range requests, as object stores and most web "
-                           "servers do; python -m http.server does not)", file=file)
-    return SourceError(f"short read at {start}: got {got} of {wanted} bytes (the file ends before the bytes "
-                       "the index names: changed or truncated since it was indexed?)", file=file)

@@ -29,7 +29,8 @@ import threading
 import time
 from typing import Any, Iterator, NoReturn
 
-from .isolate import Cleanup, Job, Worker, death_error, job_outcome, rebuild_error, timeout_error, unsendable
+from .isolate import Cleanup, Job, death_error, job_outcome, rebuild_error, run_isolated, timeout_error, unsendable
+from .lifetime import clean_after, die_with_parent, finished
 from .options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
 
 _HEADER = struct.Struct("<Q")  # the child's message: its length, then a pickle
@@ -63,8 +64,7 @@ def run_once(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str | N
     """
     if can_fork():
         return run_forked(job, kwargs, timeout=timeout, label=label, cleanup=cleanup, quiet=quiet)
-    with Worker() as worker:
-        return worker.run(job, kwargs, timeout=timeout, label=label, cleanup=cleanup)
+    return run_isolated(job, kwargs, timeout=timeout, label=label, cleanup=cleanup)
 
 
 def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str | None = None,
@@ -78,7 +78,7 @@ def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str |
     this stderr directly (a live progress bar).
     """
     label = label or (str(kwargs["source"]) if kwargs.get("source") is not None else None)
-    child = _Child(job, kwargs, quiet)
+    child = _Child(job, kwargs, quiet, cleanup)
     try:
         with _terminate_as_exception():
             message = child.answer(time.monotonic() + timeout)
@@ -106,24 +106,32 @@ def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str |
 
 
 class _Child:
-    """A forked child running one job; its answer pipe and (``quiet``) its stderr pipe."""
+    """A forked child running one job; its answer pipe and (``quiet``) its stderr pipe.
 
-    def __init__(self, job: Job, kwargs: dict[str, Any], quiet: bool):
+    The child dies with this process (:func:`~refindex.lifetime.die_with_parent`), and a
+    sentinel runs ``cleanup`` on its half-written output if it is killed that way.
+    """
+
+    def __init__(self, job: Job, kwargs: dict[str, Any], quiet: bool, cleanup: Cleanup | None = None):
         for stream in (sys.stdout, sys.stderr):  # or the child would print what is buffered a second time
             stream.flush()
         r, w = os.pipe()
         er, ew = os.pipe() if quiet else (-1, -1)
+        parent = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(r)
-            if quiet:
+            if er >= 0:
                 os.close(er)
+            die_with_parent(parent)
+            sentinel = clean_after(cleanup) if cleanup is not None else None
+            if quiet:
                 os.dup2(ew, 2)
                 os.close(ew)
                 os.environ["LIBC_FATAL_STDERR_"] = "1"  # glibc's last words to stderr, not to the terminal
             # What libraries print (a filter plugin's complaints) is a diagnostic: never the command's output.
             os.dup2(2, 1)
-            _child(w, job, kwargs)
+            _child(w, job, kwargs, sentinel)
         os.close(w)
         if quiet:
             os.close(ew)
@@ -183,7 +191,7 @@ class _Child:
         self.open = set()
 
 
-def _child(w: int, job: Job, kwargs: dict[str, Any]) -> NoReturn:
+def _child(w: int, job: Job, kwargs: dict[str, Any], sentinel: int | None = None) -> NoReturn:
     """The forked child: run the job, send how it ended, and leave without running the parent's exit code."""
     status = 0
     try:
@@ -196,6 +204,7 @@ def _child(w: int, job: Job, kwargs: dict[str, Any]) -> NoReturn:
         data = memoryview(_HEADER.pack(len(payload)) + payload)
         while data:
             data = data[os.write(w, data):]
+        finished(sentinel)  # answered: what it wrote is the parent's now
     except BaseException:  # noqa: BLE001 - the parent sees a death without an answer
         status = 70
     finally:

@@ -22,6 +22,7 @@ falls back to a Worker when it cannot fork safely; both speak the messages of
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -254,6 +255,48 @@ class Worker:
         if msg[0] == "ok":
             return msg[1]
         raise rebuild_error(*msg[1:])
+
+
+_IDLE: dict[tuple, list[Worker]] = {}
+_IDLE_LOCK = threading.Lock()
+KEPT_IDLE = 2  # warm workers kept per working folder and environment
+
+
+def run_isolated(job: Job, kwargs: dict[str, Any], *, timeout: float | None = DEFAULT_TIMEOUT,
+                 label: str | None = None, cleanup: Cleanup | None = None) -> Any:
+    """:meth:`Worker.run` in a warm worker of this process when one is idle, else a new one.
+
+    One isolated call after another (the API's ``isolate=True``, the command line run from
+    Python) then pays a worker's start-up (an interpreter and its imports) once, as batch
+    workers do.  A worker is only reused from the same working folder and environment it was
+    started in (relative paths and variables such as ``REFINDEX_CACHE_DIR`` mean the same);
+    one that crashed or was killed is replaced by :meth:`Worker.run` itself.
+    """
+    key = (os.getcwd(), tuple(sorted(os.environ.items())))
+    with _IDLE_LOCK:
+        idle = _IDLE.get(key) or []
+        worker = idle.pop() if idle else None
+    if worker is None:
+        worker = Worker()
+    try:
+        return worker.run(job, kwargs, timeout=timeout, label=label, cleanup=cleanup)
+    finally:
+        with _IDLE_LOCK:
+            kept = _IDLE.setdefault(key, [])
+            if len(kept) < KEPT_IDLE and len(_IDLE) <= 4:
+                kept.append(worker)
+                worker = None
+        if worker is not None:
+            worker.close()
+
+
+@atexit.register
+def _close_idle() -> None:
+    with _IDLE_LOCK:
+        workers = [w for kept in _IDLE.values() for w in kept]
+        _IDLE.clear()
+    for w in workers:
+        w.close()
 
 
 class _Duplex:

@@ -83,8 +83,10 @@ def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[
             if bar is not None:
                 bar.close()
         # size/etag/mtime describe the bytes scanned; when refs point elsewhere (a published
-        # copy), only the size is known to hold for the target too.
-        described = src.info if target == src.url else {"size": src.info["size"]}
+        # copy), only the size is known to hold for the target too, and the fingerprint of the
+        # bytes the index depends on (it names places in the file, not the file's name).
+        described = dict(src.info) if target == src.url else {"size": src.info["size"]}
+        described["fingerprint"] = src.fingerprint(ctx.header_addresses(), ctx.copied)
         # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
@@ -155,12 +157,11 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
     """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
-    from .isolate import Worker
+    from .isolate import run_isolated
     from .options import time_limit_of
 
-    with Worker() as worker:
-        result, job_stats = worker.run(job, {"source": os.fspath(source), "options": options},
-                                       timeout=options.timeout or time_limit_of(source))
+    result, job_stats = run_isolated(job, {"source": os.fspath(source), "options": options},
+                                     timeout=options.timeout or time_limit_of(source))
     if stats is not None:
         stats.update(job_stats)
     return result
@@ -238,6 +239,7 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
         raise RefindexError("a single scan writes a local index file; to write indexes into object storage "
                             "use refindex batch SOURCE -o URL (run_batch(..., output=URL)), or upload the file",
                             file=os.fspath(output))
+    writers.check_writable(urls.split(os.fspath(output))[1])  # before the scan: no work spent in vain
     if format == "parquet":
         if options.follow_external or options.isolate:
             raise RefindexError("follow_external and isolate are not supported with parquet output",

@@ -149,6 +149,7 @@ def pytest_configure(config):
     import h5guard
 
     h5guard.install()
+    config.addinivalue_line("markers", "xdist_group(name): tests kept on one xdist worker (see SPREAD_MODULES)")
 
 
 @pytest.fixture
@@ -181,6 +182,19 @@ def moto_s3(key: str = "testing", secret: str = "testing") -> Iterator[dict[str,
         server.stop()
 
 
+def collect_garbage() -> None:
+    """Collect garbage now, in this (the main) thread; what survives is frozen out of later collections.
+
+    A full collection walks every object the process holds: after some hundred tests that is
+    seconds per call, and the modules that collect after each test (Icechunk, hdmf-zarr ios)
+    spent more time there than in their tests. Frozen survivors (``gc.freeze``) are still freed
+    by reference counting; only cycles among them are never collected again, which also keeps
+    their finalizers off zarr's loop thread.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture
 def collect_in_main_thread():
     """Collect garbage in the main thread after the test (autouse it in modules that make Icechunk objects).
@@ -191,7 +205,27 @@ def collect_in_main_thread():
     keeps that away from every later test.
     """
     yield
+    collect_garbage()
+
+
+# Modules whose tests share no state (no module fixture worth keeping, no tally over the module):
+# under ``--dist loadgroup`` (the Makefile's) their tests are spread over the workers one by one,
+# filling the end of the run; every other module stays whole on one worker, as ``--dist loadfile``
+# keeps it (module fixtures made once, tallies such as test_v3's counting every test).
+SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which names each test's group from the mark
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
+def pytest_collection_finish(session):
+    """What collection made (test modules, parameters, items) lives all session: out of the collector's way."""
     gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import warnings
 
 import fsspec
@@ -23,6 +24,7 @@ import refindex
 
 import nwbcompare  # noqa: E402  (tests/ is on sys.path under pytest)
 import nwbfiles  # noqa: E402
+from conftest import collect_garbage  # noqa: E402
 
 pynwb = pytest.importorskip("pynwb")
 hdmf_zarr = pytest.importorskip("hdmf_zarr")
@@ -55,14 +57,12 @@ def _close_zarr_ios():
     """
     start = len(_OPEN_IOS)  # ios of wider-scoped fixtures (set up before this) stay open
     yield
-    import gc
-
     while len(_OPEN_IOS) > start:
         try:
             _OPEN_IOS.pop().close()
         except Exception:
             pass
-    gc.collect()
+    collect_garbage()  # (cheap: what earlier tests left alive is frozen)
 
 
 def consumer_read(refs):
@@ -494,3 +494,16 @@ def test_corpus_hdmf_reads_equal(rel):
         assert errors[0] == errors[1]
     finally:
         hio.close()
+
+
+def test_a_changed_linked_file_is_not_read_through_its_old_index(nwb_dir, tmp_path):
+    """The index of an externally linked file is checked against that file, as the main one is."""
+    for name in ("linking", "base"):
+        shutil.copy(nwb_dir[name], tmp_path / os.path.basename(nwb_dir[name]))
+    path, base = tmp_path / os.path.basename(nwb_dir["linking"]), tmp_path / os.path.basename(nwb_dir["base"])
+    followed = index(path, follow_external=True)
+    with h5py.File(base, "a") as f:  # the linked file is rewritten
+        f.create_dataset("extra", data=np.arange(1000))
+    with pytest.raises(refindex.StaleIndexError, match="base.nwb: source changed since it was indexed"):
+        refindex.open_nwb(followed)
+    refindex.open_nwb(followed, check_source=False)  # asked to read anyway

@@ -256,10 +256,12 @@ def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monk
     changed = tmp_path / "changed.nwb"
     changed.write_bytes(many_objects.read_bytes())
     refindex.open_nwb(str(changed), cache=cache)
-    with h5py.File(changed, "r+") as f:  # the file changes: the cache misses, scans again
+    with h5py.File(changed, "r+") as f:  # the file changes: its entry is stale, scanned again and replaced
         f["general"].attrs["note"] = "changed"
     refindex.open_nwb(str(changed), cache=cache)
-    assert len(calls) == 2 and len(list(cache.glob("*.refs.json"))) == 3
+    entries = list(cache.glob("*.refs.json"))
+    assert len(calls) == 2 and len(entries) == 2  # one entry per file
+    assert sum('\\"note\\": \\"changed\\"' in e.read_text() for e in entries) == 1  # the new scan's
 
 
 def test_open_nwb_on_an_s3_url(many_objects, tmp_path):

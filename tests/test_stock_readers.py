@@ -44,7 +44,7 @@ NEEDS_REFINDEX: dict[str, dict[str, str]] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one per test process: this module's tests are spread over the workers
 def stock() -> StockReader:
     with StockReader() as reader:
         yield reader

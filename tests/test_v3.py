@@ -31,7 +31,7 @@ import numpy as np
 import nwbcompare
 import pytest
 import zarr
-from conftest import assert_same_values, dataset_names
+from conftest import assert_same_values, collect_garbage, dataset_names
 
 import refindex
 from refindex import pipeline, writers
@@ -132,14 +132,12 @@ def _close_ios():
     """Close hdmf-zarr ios on the main thread (their clean-up inside zarr's loop thread can hang)."""
     start = len(_OPEN_IOS)
     yield
-    import gc
-
     while len(_OPEN_IOS) > start:
         try:
             _OPEN_IOS.pop().close()
         except Exception:  # noqa: BLE001, S110 - an io that failed to open has nothing to close
             pass
-    gc.collect()
+    collect_garbage()  # (cheap: what earlier tests left alive is frozen)
 
 
 def nwb_read(refs, io_class=None, store=None, **kw):

@@ -6,9 +6,11 @@ one bad file stop the rest.
 
 Inputs
     A list of local paths / fsspec URLs, globs (``data/**/*.nwb``,
-    ``s3://bucket/prefix/**/*.nwb``), and text files of URLs (``@urls.txt``, or any
-    input ending in ``.txt``: one URL per line, ``#`` comments).  Index files and
-    manifests matched by a glob are left out.
+    ``s3://bucket/prefix/**/*.nwb``), folders and prefixes (``data/``, ``s3://bucket/raw/``:
+    every file below them named as HDF5 is: ``.h5``, ``.hdf5``, ``.hdf``, ``.he5``, ``.nwb``,
+    ``.nc``, ``.nc4``, ``.h5ad``), and text files of URLs (``@urls.txt``, or any input ending in
+    ``.txt``: one URL per line, ``#`` comments).  Index files and manifests found by a glob or
+    in a folder are left out.
 
 Outputs
     One index per input: ``<input>.refs.json`` (``format="json"``) or the folder
@@ -164,9 +166,9 @@ def run_batch(
     finally:
         collect.close()
         # Also on interruption: what finished is recorded (unfinished inputs are simply absent).
-        write_manifest([r.as_dict() for r in rows if r is not None], manifest_url, storage_options)
-    report = BatchReport(results=[r for r in rows if r is not None], manifest=manifest_url,
-                         seconds=time.perf_counter() - t0)
+        unsaved = save_manifest(rows, manifest_url, storage_options)
+    report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
+                         seconds=time.perf_counter() - t0, manifest_error=unsaved)
     if combine is not None:
         report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
                                           storage_options=storage_options, timeout=timeout)
@@ -236,7 +238,8 @@ def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOp
     ice = IcechunkBatch(target, __version__)
     ice.open(sources)
     groups = assign_groups(sources, root, ice.records)
-    rows, jobs = plan_groups(sources, infos, ice.records, groups, target.repo, fingerprint, force)
+    rows, jobs = plan_groups(sources, infos, ice.records, groups, target.repo, fingerprint, force,
+                             target.source_options)
     n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
     isolated = isolate and (dask is not None or n_workers <= 0)
     tasks = [Task(src, target.repo, "icechunk", scan_options, None, fingerprint, isolated, timeout, group=group)
@@ -251,14 +254,23 @@ def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOp
         raise
     finally:
         collect.close()
-        write_manifest([r.as_dict() for r in rows if r is not None], manifest_url, target.storage_options)
-    report = BatchReport(results=[r for r in rows if r is not None], manifest=manifest_url,
-                         seconds=time.perf_counter() - t0,
+        unsaved = save_manifest(rows, manifest_url, target.storage_options)
+    report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
+                         seconds=time.perf_counter() - t0, manifest_error=unsaved,
                          extra={"repository": target.repo, "branch": target.branch, "snapshot": ice.snapshot,
                                 "containers": writer_containers(ice)})
     if template is not None:
         check_groups(report.results, template, target)
     return report
+
+
+def save_manifest(rows: list[FileResult | None], url: str, storage_options: dict[str, Any] | None) -> str | None:
+    """Write the manifest; None, or why it could not be written (the rows stay in the report either way)."""
+    try:
+        write_manifest([r.as_dict() for r in rows if r is not None], url, storage_options)
+    except RefindexError as e:
+        return " ".join(str(e).split())
+    return None
 
 
 def icechunk_manifest(repo: str) -> str:

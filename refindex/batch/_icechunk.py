@@ -30,7 +30,7 @@ from typing import Any
 from .. import urls
 from ..errors import RefindexError
 from ..writers import icechunk as writer
-from ._manifest import now_text, unchanged
+from ._manifest import now_text, source_unchanged
 from ._results import FileResult
 
 FORMAT = "icechunk"
@@ -88,9 +88,12 @@ def assign_groups(sources: list[str], root: str | None, records: dict[str, dict[
 
 # ------------------------------------------------------------------ planning
 def plan_groups(sources: list[str], infos: dict[str, Any], records: dict[str, dict[str, Any]],
-                groups: dict[str, str], repo: str, fingerprint: str,
-                force: bool) -> tuple[list[FileResult | None], list[tuple[int, str, str]]]:
-    """Per input: a finished row (up to date / cannot stat) or a job (position, source, group)."""
+                groups: dict[str, str], repo: str, fingerprint: str, force: bool,
+                storage_options: dict[str, Any] | None = None) -> tuple[list[FileResult | None], list[tuple[int, str, str]]]:
+    """Per input: a finished row (up to date / cannot stat) or a job (position, source, group).
+
+    A group is up to date when its commit record's source passes the freshness check every
+    reader uses (validators, else the content fingerprint it recorded)."""
     rows: list[FileResult | None] = []
     jobs: list[tuple[int, str, str]] = []
     for i, url in enumerate(sources):
@@ -101,10 +104,11 @@ def plan_groups(sources: list[str], infos: dict[str, Any], records: dict[str, di
             continue
         rec = records.get(group) or {}
         if (not force and rec.get("input") == url and rec.get("fingerprint") == fingerprint
-                and unchanged(rec.get("source") or {}, now)):
+                and source_unchanged(url, rec.get("source") or {}, now, storage_options, lambda: rec.get("source"))):
             src, counts = rec["source"], rec.get("counts") or {}
             rows.append(FileResult(source=url, index=repo, group=group, status="up_to_date", size=src.get("size"),
-                                   etag=src.get("etag"), mtime=src.get("mtime"), arrays=counts.get("arrays"),
+                                   etag=now.get("etag"), mtime=now.get("mtime"), version=now.get("version"),
+                                   arrays=counts.get("arrays"),
                                    chunks=counts.get("chunks_referenced"), inline_chunks=counts.get("inline_chunks"),
                                    seconds=0.0, options=fingerprint, finished=now_text()))
             continue

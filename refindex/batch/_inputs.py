@@ -43,6 +43,10 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
         item = os.fspath(item)
         if item.startswith("@") or (item.endswith(".txt") and not any(c in item for c in _GLOB_CHARS)):
             found.extend(urls.normalise(u) for u in _read_list(item.removeprefix("@"), storage_options))
+        elif _is_folder(item):
+            for url, detail in _folder_files(item, storage_options):
+                found.append(url)
+                known[url] = detail
         elif any(c in item for c in _GLOB_CHARS):
             protocol, _ = urls.split(item)
             fs, pattern = urls.filesystem(item, storage_options)
@@ -60,6 +64,30 @@ def expand_inputs(inputs: str | os.PathLike | Iterable[str | os.PathLike],
     seen: set[str] = set()
     ordered = [u for u in found if not (u in seen or seen.add(u))]
     return ordered, known
+
+
+def _is_folder(item: str) -> bool:
+    """A local folder, or a remote prefix (named with a trailing ``/``, as ``s3://bucket/raw/``)."""
+    if any(c in item for c in _GLOB_CHARS):
+        return False
+    protocol, path = urls.split(item)
+    return os.path.isdir(path) if protocol == "file" else item.endswith("/")
+
+
+def _folder_files(item: str, storage_options: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """Every file below a folder or prefix whose name says HDF5 (``.h5``, ``.nwb``, ``.nc`` ...), sorted,
+    with its listing entry; indexes and manifests left out."""
+    from ..read._load import HDF5_SUFFIXES
+
+    protocol, _ = urls.split(item)
+    fs, path = urls.filesystem(item, storage_options)
+    fs.invalidate_cache()
+    try:
+        listed = fs.find(path.rstrip("/"), detail=True)
+    except FileNotFoundError as e:
+        raise RefindexError("folder not found", file=item) from e
+    return [(urls.join(protocol, p), listed[p]) for p in sorted(listed)
+            if listed[p].get("type", "file") == "file" and not _is_ours(p) and p.lower().endswith(HDF5_SUFFIXES)]
 
 
 def common_root(locations: Sequence[str]) -> str:

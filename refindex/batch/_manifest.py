@@ -1,8 +1,9 @@
 """The manifest of a batch (one row per input), and what needs scanning again.
 
-A re-run skips inputs whose index exists and whose source is unchanged: same size and
-the same etag (object stores) or mtime (local files) as recorded in the previous
-manifest, or, when the manifest has no row for it, in the index's own provenance.
+A re-run skips inputs whose index exists and whose source is unchanged, by the freshness
+check every reader uses (:func:`refindex.read.check_fresh`): the validators recorded in the
+previous manifest (or, without a row, in the index's own provenance) against the listing's,
+and when those cannot settle it, the content fingerprint the index recorded.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from .. import urls
 from ..errors import RefindexError
 from ..options import ScanOptions
-from ..source import file_info
-from ..writers import ZMETADATA, atomic_write_bytes
+from ..source import file_info, same_mtime
+from ..writers import ZMETADATA, atomic_write_bytes, output_error
 from ._inputs import Format, index_location
 from ._results import FileResult
 
@@ -48,17 +49,36 @@ def _normal_info(detail: dict[str, Any]) -> dict[str, Any]:
 
 
 def unchanged(recorded: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Same size, and same etag when both have one (else same mtime).
-
-    The etag names the content; an object's mtime differs between listings and HEAD
-    responses (millisecond vs second precision), so it only counts without an etag.
-    """
+    """Validators alone (an index without a fingerprint): same size, and the same etag when both
+    have one (else the same mtime, to the second: listings and HEAD requests differ below it)."""
     if recorded.get("size") is None or recorded.get("size") != now.get("size"):
         return False
     if recorded.get("etag") and now.get("etag"):
         return recorded["etag"] == now["etag"]
-    # str(): a parquet manifest stores mtimes as text; str(float) round-trips exactly
-    return recorded.get("mtime") is not None and str(recorded.get("mtime")) == str(now.get("mtime"))
+    return bool(same_mtime(recorded.get("mtime"), now.get("mtime")))
+
+
+def source_unchanged(url: str, recorded: dict[str, Any], now: dict[str, Any], storage_options: dict[str, Any] | None,
+                     provenance: Callable[[], dict[str, Any] | None]) -> bool:
+    """Is ``url`` still the file ``recorded`` (a manifest row, or an index's provenance) describes?
+
+    The freshness check of every reader (:func:`refindex.read.check_fresh`): validators first
+    (from the listing, no request), and when they cannot settle it (none sent, or changed by a
+    re-upload) the content fingerprint the index recorded, read from ``provenance()``.
+    """
+    from ..read.freshness import check_fresh, verdict
+
+    found = verdict(recorded, now)
+    if found.outcome != "ask":
+        return found.outcome == "same"
+    prov = recorded if recorded.get("fingerprint") else provenance()
+    if not prov or not prov.get("fingerprint"):
+        return unchanged(recorded, now)  # an index made before fingerprints
+    try:
+        check_fresh(prov, storage_options, url=url if prov.get("url") == url else None, now=now)
+    except RefindexError:  # changed (StaleIndexError), or unreadable now: scanned again
+        return False
+    return True
 
 
 def _index_provenance(index: str, fmt: Format, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -114,11 +134,14 @@ def write_manifest(rows: list[dict[str, Any]], url: str, storage_options: dict[s
     else:
         data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
     protocol, path = urls.split(url)
-    if protocol == "file":
-        atomic_write_bytes(path, data)
-    else:
-        fs, p = urls.filesystem(url, storage_options)
-        fs.pipe_file(p, data)
+    try:
+        if protocol == "file":
+            atomic_write_bytes(path, data, "the manifest")
+        else:
+            fs, p = urls.filesystem(url, storage_options)
+            fs.pipe_file(p, data)
+    except Exception as e:
+        raise output_error(e, url, "the manifest") from e
 
 
 # ------------------------------------------------------------------ planning
@@ -177,14 +200,20 @@ def _up_to_date(url: str, index: str, now: dict[str, Any], prev: dict[str, Any] 
     """The row of an input whose index is up to date (from the manifest, else the index itself), or None."""
     if prev is not None:
         if (prev.get("status") in ("indexed", "up_to_date") and prev.get("index") == index
-                and prev.get("options") == fingerprint and unchanged(prev, now)
-                and _index_exists(index, fmt, storage_options)):
+                and prev.get("options") == fingerprint and _index_exists(index, fmt, storage_options)
+                and source_unchanged(url, prev, now, storage_options,
+                                     lambda: _index_provenance(index, fmt, storage_options))):
             return FileResult(**{**{k: prev.get(k) for k in FileResult.__dataclass_fields__},
-                                 "status": "up_to_date", "seconds": 0.0})
+                                 "status": "up_to_date", "seconds": 0.0, **_validators(now)})
         return None
     # no manifest row (first run with an existing index, or an interrupted run)
     prov = _index_provenance(index, fmt, storage_options)
-    if prov is not None and unchanged(prov, now):
-        return FileResult(source=url, index=index, status="up_to_date", size=prov.get("size"), etag=prov.get("etag"),
-                          mtime=prov.get("mtime"), seconds=0.0, options=fingerprint, finished=now_text())
+    if prov is not None and source_unchanged(url, prov, now, storage_options, lambda: prov):
+        return FileResult(source=url, index=index, status="up_to_date", size=prov.get("size"), seconds=0.0,
+                          options=fingerprint, finished=now_text(), **_validators(now))
     return None
+
+
+def _validators(now: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's validator columns of the source as it is now (unchanged, or the same bytes)."""
+    return {"etag": now.get("etag"), "version": now.get("version"), "mtime": now.get("mtime")}

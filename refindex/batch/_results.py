@@ -18,6 +18,7 @@ class FileResult:
     size: int | None = None
     etag: str | None = None
     mtime: float | str | None = None
+    version: str | None = None  # a version id / generation, where the store has one
     keys: int | None = None
     arrays: int | None = None
     chunks: int | None = None
@@ -43,6 +44,7 @@ class BatchReport:
     seconds: float
     combined: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    manifest_error: str | None = None  # why the manifest could not be written (``manifest`` is then None)
 
     def _with(self, status: str) -> list[FileResult]:
         return [r for r in self.results if r.status == status]
@@ -66,7 +68,7 @@ class BatchReport:
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.check_failed
+        return not self.failed and not self.check_failed and self.manifest_error is None
 
     def summary(self) -> str:
         rate = len(self.indexed) / self.seconds if self.seconds > 0 else 0.0
@@ -74,7 +76,8 @@ class BatchReport:
                 f"{len(self.failed)} failed"
                 + (f", {len(self.check_failed)} not following the template" if self.check_failed else "")
                 + f" in {self.seconds:.1f} s ({rate:.1f} files/s)"
-                + (f"; manifest {self.manifest}" if self.manifest else ""))
+                + (f"; manifest {self.manifest}" if self.manifest else "")
+                + ("; no manifest written" if self.manifest_error else ""))
 
     def _repr_html_(self) -> str:
         """In a notebook: the summary, then one row per input (failed ones first)."""

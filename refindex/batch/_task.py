@@ -19,7 +19,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..options import ScanOptions
 from ..pipeline import icechunk_tree, write_index
-from ..writers import ZMETADATA
+from ..writers import ZMETADATA, output_error
 from ._inputs import Format
 from ._manifest import now_text
 from ._results import FileResult
@@ -61,8 +61,8 @@ def index_one(task: Task) -> dict[str, Any]:
         return failed_row(task, e, time.perf_counter() - t0)
     prov = summary.get("source") or {}
     return FileResult(source=task.source, index=task.index, status="indexed", size=prov.get("size"),
-                      etag=prov.get("etag"), mtime=prov.get("mtime"), seconds=round(time.perf_counter() - t0, 4),
-                      options=task.fingerprint, finished=now_text(),
+                      etag=prov.get("etag"), mtime=prov.get("mtime"), version=prov.get("version"),
+                      seconds=round(time.perf_counter() - t0, 4), options=task.fingerprint, finished=now_text(),
                       keys=summary.get("keys") if task.format == "json" else None, arrays=summary.get("arrays"),
                       chunks=summary.get("chunks_referenced"), inline_chunks=summary.get("inline_chunks"),
                       index_bytes=summary.get("bytes")).as_dict()
@@ -77,9 +77,9 @@ def _scan_for_icechunk(task: Task, t0: float) -> dict[str, Any]:
         return failed_row(task, e, time.perf_counter() - t0)
     prov = tree.provenance.get("source") or {}
     return {**FileResult(source=task.source, index=task.index, status="indexed", size=prov.get("size"),
-                         etag=prov.get("etag"), mtime=prov.get("mtime"), seconds=round(time.perf_counter() - t0, 4),
-                         options=task.fingerprint, finished=now_text(), arrays=len(tree.arrays),
-                         group=task.group).as_dict(), "tree": tree}
+                         etag=prov.get("etag"), mtime=prov.get("mtime"), version=prov.get("version"),
+                         seconds=round(time.perf_counter() - t0, 4), options=task.fingerprint, finished=now_text(),
+                         arrays=len(tree.arrays), group=task.group).as_dict(), "tree": tree}
 
 
 def _write(task: Task) -> dict[str, Any]:
@@ -90,11 +90,14 @@ def _write(task: Task) -> dict[str, Any]:
     try:
         local = os.path.join(tmp, "index" + (".refs.parq" if task.format == "parquet" else ".refs.json"))
         summary = write_index(task.source, local, task.options, format=task.format, record_size=task.record_size)
-        fs, remote = urls.filesystem(task.index, task.options.storage_options)
-        if task.format == "parquet":
-            _put_folder(fs, local, remote)
-        else:
-            fs.put_file(local, remote)  # one PUT: the object appears whole or not at all
+        try:
+            fs, remote = urls.filesystem(task.index, task.options.storage_options)
+            if task.format == "parquet":
+                _put_folder(fs, local, remote)
+            else:
+                fs.put_file(local, remote)  # one PUT: the object appears whole or not at all
+        except Exception as e:
+            raise output_error(e, task.index) from e
         return dict(summary)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

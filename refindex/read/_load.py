@@ -18,13 +18,13 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from .. import urls
 from ..errors import RefindexError, SourceError
 from ..model import RefsDocument
 from ..options import ScanOptions
-from ..source import describe, filesystem_of, has_hdf5_signature, stat
+from ..source import describe, filesystem_of, has_hdf5_signature
 from ..writers import ZMETADATA
 
 Kind = Literal["json", "parquet", "hdf5"]
@@ -92,49 +92,88 @@ def cache_folder(cache: CacheSetting = True) -> Path | None:
 
 
 def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
-                  options: ScanOptions | None = None) -> RefsDocument:
+                  options: ScanOptions | None = None, accept: Callable[[RefsDocument], None] | None = None
+                  ) -> RefsDocument:
     """The index of the HDF5 file ``url``: from the cache when the file is unchanged, else scanned now.
 
-    The cache key is the file's URL, size and etag/mtime (one ``info`` call), refindex's
-    version and the scan options; a changed file simply misses.
+    An entry is keyed by the file's URL, refindex's version and the scan options; the file's
+    freshness is then checked against the entry's own provenance (:func:`~refindex.read.freshness.check_fresh`:
+    validators, else the content fingerprint), so a changed file is scanned again even when
+    its server sends no validator, and a re-upload of the same bytes is not.  ``accept(refs)``
+    may refuse an index (raising) before it is cached.
     """
     from ..pipeline import __version__, scan_refs
-    from ..writers import write_json
 
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
     folder = cache_folder(cache)
     if folder is None:
-        return scan_refs(url, options, progress="auto")
+        refs = scan_refs(url, options, progress="auto")
+        if accept is not None:
+            accept(refs)
+        return refs
     where = urls.normalise(url)
-    now = stat(where, storage_options)
-    material = json.dumps({"url": where, "source": now, "refindex": __version__, "options": options.recorded(),
+    material = json.dumps({"url": where, "refindex": __version__, "options": options.recorded(),
                            "convention": options.convention}, sort_keys=True, default=repr)
     entry = folder / (hashlib.sha256(material.encode()).hexdigest()[:40] + ".refs.json")
-    if entry.exists():
-        try:
-            refs = json.loads(entry.read_bytes())
-            if (refs.get("refindex") or {}).get("source", {}).get("size") == now.get("size"):
-                return refs
-        except (OSError, ValueError):
-            pass  # a damaged entry is scanned again and replaced
-    refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
+    refs = _cached_entry(entry, storage_options)
+    if refs is None:
+        refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
+        if accept is not None:
+            accept(refs)
+        _keep(refs, entry)
+    elif accept is not None:
+        accept(refs)
+    return refs
+
+
+def _cached_entry(entry: Path, storage_options: dict[str, Any] | None) -> RefsDocument | None:
+    """The cached index in ``entry`` if its source is unchanged (None: missing, damaged or stale).
+
+    When the source's validators changed but its bytes did not (a re-upload), the entry is
+    kept with the new validators, so the next open settles it without reading bytes.
+    """
+    from ..errors import StaleIndexError
+    from .freshness import check_fresh, recorded_source
+
+    try:
+        refs = json.loads(entry.read_bytes())
+    except (OSError, ValueError):
+        return None  # missing, or damaged: scanned again and replaced
+    recorded = recorded_source(refs)
+    if recorded is None:
+        return None
+    try:
+        found = check_fresh(recorded, storage_options)
+    except StaleIndexError:
+        return None
+    if found.how == "fingerprint" and any(recorded.get(k) != found.now.get(k) for k in ("etag", "version", "mtime")):
+        recorded.update({k: v for k, v in found.now.items() if k in ("etag", "version", "mtime")})
+        _keep(refs, entry)
+    return refs
+
+
+def _keep(refs: RefsDocument, entry: Path) -> None:
+    from ..writers import write_json
+
     try:
         write_json(refs, entry)
     except OSError:  # a read-only or full cache never stops the read
         pass
-    return refs
 
 
 def load_index(target: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
-               options: ScanOptions | None = None) -> tuple[Any, bool]:
+               options: ScanOptions | None = None, accept: Callable[[RefsDocument], None] | None = None
+               ) -> tuple[Any, bool]:
     """(index, fresh): a refs dict or a parquet folder path; ``fresh`` when it was just made or
-    checked against its source (so the caller need not check again)."""
+    checked against its source (so the caller need not check again).  ``accept``: see
+    :func:`index_of_file` (an HDF5 input only)."""
     if isinstance(target, dict):
         return target, False
     target = os.fspath(target)
     kind = kind_of(target, storage_options)
     if kind == "hdf5":
-        return index_of_file(target, storage_options=storage_options, cache=cache, options=options), True
+        return index_of_file(target, storage_options=storage_options, cache=cache, options=options,
+                             accept=accept), True
     return load_refs(target, storage_options), False
 
 

@@ -38,7 +38,7 @@ from ..errors import RefindexError, SourceError
 from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
-from ._open import ReadOptions, index_location, index_store, prepare_unchecked, store_of
+from ._open import ReadOptions, declared_of, index_location, index_store, prepare_unchecked, store_of
 from ._store import IndexStore
 from ._urlcheck import declared_sources, untrusted
 from ._urlpolicy import UrlPolicy
@@ -348,7 +348,7 @@ class ExternalIndexes:
     def _load(self, source: str) -> tuple[dict[str, Any], ReadOptions]:
         """(the index of ``source``, rebased; the options its store is made with)."""
         entry = ((self.refs.get("refindex") or {}).get("external") or {}).get(source) or {}
-        opts = self.opts
+        opts, made_here = self.opts, False
         if source in self.external:
             given = self.external[source]
             r = load_refs(given)
@@ -368,11 +368,15 @@ class ExternalIndexes:
             self._admit(target, f"refindex.external[{source!r}].url" if entry.get("url") else
                         f"the external link source {source!r}")
             r = scan_refs(target, ScanOptions(convention="hdmf", zarr_format=self.zarr_format))
-            opts = replace(opts, trust=True)  # made here, from a file the index may name
+            opts, made_here = replace(opts, trust=True), True  # made here, from a file the index may name
         else:
             raise SourceError(f"no index for the externally linked file {source!r}", file=source)
         if not isinstance(r, dict):
             raise RefindexError("externally linked indexes must be JSON indexes", file=source)
+        if self.opts.check_source and not made_here:  # (an index made here just now is fresh)
+            from .freshness import check_source
+
+            check_source(r, storage_options=self.opts.remote_options)
         if zarr_format_of(r) != self.zarr_format:
             raise RefindexError(f"the index of the externally linked file is zarr v{zarr_format_of(r)}, the linking "
                                 f"one zarr v{self.zarr_format}", file=source)
@@ -666,18 +670,49 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
         return _read_kept(io)
     loaded, opts, check = prepare_unchecked(refs, ReadOptions.of(
         storage_options=storage_options, remote_options=remote_options, remote_protocol=remote_protocol,
-        check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust))
-    io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
+        check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust), accept=require_nwb)
+    require_nwb(declared_of(loaded, opts), index_location(refs))
     store = store_of(loaded, opts)
     if read_ahead > 0 and isinstance(store, IndexStore):  # under way while the source is checked
         store.read_ahead(*first_acquisition_chunks(store, read_ahead))
-    check()
+    try:
+        check()
+    except BaseException:
+        if isinstance(store, IndexStore):
+            store.drop_read_ahead()
+        raise
+    io_class = nwb_io_class_v3() if zarr_format_of(loaded, opts.storage_options) == 3 else nwb_io_class()
     io = io_class(path=store, mode="r")
     io.refindex_attribute_types = recorded_types(provenance_of(loaded, store))
     if isinstance(loaded, dict):  # the linked files are judged afresh (the main index may be trusted now)
         io.refindex_external = ExternalIndexes(loaded, replace(opts, trust=trust), index_location=index_location(refs),
                                                external=external, scan_missing=scan_missing)
     return _read_kept(io)
+
+
+def require_nwb(refs: Any, label: str | None = None) -> None:
+    """Refuse (before anything is read or cached) an index whose file is no NWB file: its root
+    group has none of the attributes every NWB file has (``neurodata_type``, ``namespace``)."""
+    if not isinstance(refs, dict):
+        return
+    prov = refs.get("refindex") or {}
+    if prov.get("convention") in ("hdmf", "hdmf3"):
+        return
+    body = refs.get("refs") if "version" in refs else refs
+    attrs: Any = {}
+    try:
+        if isinstance(body, dict) and ".zattrs" in body:
+            attrs = json.loads(body[".zattrs"])
+        elif isinstance(body, dict) and "zarr.json" in body:
+            doc = body["zarr.json"]
+            attrs = (json.loads(doc) if isinstance(doc, (str, bytes)) else doc).get("attributes") or {}
+    except (ValueError, TypeError, AttributeError):
+        attrs = {}
+    if not prov.get("convention") and (".specloc" in attrs or "neurodata_type" in attrs):
+        return  # another tool's index of an NWB file
+    where = label or (prov.get("source") or {}).get("url")
+    raise RefindexError("not an NWB file: its root group has no neurodata_type or namespace attribute (every NWB "
+                        "file has them); read it with refindex.open (zarr) or xarray instead", file=where)
 
 
 def _read_kept(io: Any) -> Any:

@@ -67,7 +67,8 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
     return loaded, opts
 
 
-def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, Callable[[], None]]:
+def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None] | None = None
+                      ) -> tuple[Any, ReadOptions, Callable[[], None]]:
     """(the index of ``refs``, the options to read it with, the check of the index against its
     source): a caller may start reading while the check's round trip runs, as long as it
     calls the check before it hands anything out.
@@ -79,9 +80,10 @@ def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, C
     Before anything else is read (the freshness check asks its source), every URL a JSON
     index names is judged (:func:`check_index`); the options returned then trust it, as
     they trust an index made here from the file the caller named.  ``index_url`` is
-    filled in with where the index (or the file) is.
+    filled in with where the index (or the file) is.  ``accept(index)`` may refuse the index
+    of an HDF5 input before it is cached (``open_nwb``: not an NWB file).
     """
-    loaded, fresh = load_index(refs, storage_options=opts.storage_options, cache=opts.cache)
+    loaded, fresh = load_index(refs, storage_options=opts.storage_options, cache=opts.cache, accept=accept)
     if opts.index_url is None and not isinstance(refs, dict):
         opts = replace(opts, index_url=os.fspath(refs))
     if fresh:
@@ -93,9 +95,9 @@ def prepare_unchecked(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions, C
 
     def check() -> None:
         if opts.check_source and not fresh:
-            from ._provenance import check_source
+            from .freshness import check_source
 
-            check_source(loaded, storage_options=opts.remote_options)
+            check_source(declared_of(loaded, opts), storage_options=opts.remote_options)
 
     return loaded, opts, check
 
@@ -123,6 +125,11 @@ def parquet_declared(folder: Any, opts: ReadOptions) -> dict[str, Any]:
     """The templates and provenance of a parquet index (kept in its .zmetadata), shaped as in a JSON index."""
     prov = parquet_metadata(folder, opts.storage_options).get("refindex") or {}
     return {"templates": prov.get("templates") or {}, "refindex": prov}
+
+
+def declared_of(loaded: Any, opts: ReadOptions) -> dict[str, Any]:
+    """A loaded index's templates and provenance: the dict itself, or a parquet folder's (from its .zmetadata)."""
+    return loaded if isinstance(loaded, dict) else parquet_declared(loaded, opts)
 
 
 def target_protocol(refs: Any, storage_options: dict[str, Any] | None = None) -> str | None:
@@ -268,7 +275,7 @@ def opened_icechunk(refs: Any, *, storage_options: dict[str, Any] | None = None,
     ic = icechunk_index(refs, storage_options=storage_options, source_options=remote_options, group=group,
                         branch=branch, snapshot=snapshot)
     if ic is not None and check_source:
-        from ._provenance import check_source as _check
+        from .freshness import check_source as _check
 
         _check(ic.as_refs(), storage_options=ic.source_options if ic.source_options is not None
                else ic.storage_options)

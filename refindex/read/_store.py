@@ -22,8 +22,8 @@ from typing import Any
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ..errors import SourceError, short_read
-from ..source import is_transient, merge_ranges, retry_policy
+from ..errors import SourceError
+from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, whole_file
 
 _TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
@@ -202,17 +202,32 @@ class IndexStore(Store):
 
         async def start() -> None:
             for key, (url, offset, size) in wanted:
-                self._ahead[key] = asyncio.ensure_future(self._fetch_one(key, url, offset, size, recode))
+                fut = asyncio.ensure_future(self._fetch_one(key, url, offset, size, recode))
+                fut.add_done_callback(_retrieved)  # a key never asked for fails silently (its get() reports)
+                self._ahead[key] = fut
 
         sync(start())  # registered before this returns: a get() right after finds them
         return sum(size for _, (_, _, size) in wanted)
+
+    def drop_read_ahead(self) -> None:
+        """Cancel what is being read ahead (the reader will not come: its open failed)."""
+        if not self._ahead:
+            return
+        from zarr.core.sync import sync
+
+        ahead, self._ahead = list(self._ahead.values()), {}
+
+        async def cancel() -> None:
+            for fut in ahead:
+                fut.cancel()
+
+        sync(cancel())
 
     async def _fetch_one(self, key: str, url: str, offset: int, size: int,
                          recode: Callable[[str, bytes], bytes] | None = None) -> bytes:
         """One range as one request (not merged or split: it runs beside other work)."""
         (data,) = await _with_retries(self._read_ranges, url, [(offset, offset + size)])
-        if len(data) != size:
-            raise short_read(offset, size, len(data), url)
+        data = ranged(data, offset, offset + size, url)
         self.stats.requests += 1
         self.stats.round_trips += 1
         self.stats.bytes_fetched += size
@@ -249,13 +264,10 @@ class IndexStore(Store):
                                     max_gap=MERGE_GAP, max_span=MERGE_SPAN)
         parts, owner = _split(spans)
         try:
-            pieces = await _with_retries(self._read_ranges, url, parts)
-            for (a, b), d in zip(parts, pieces):
-                if len(d) != b - a:
-                    raise short_read(a, b - a, len(d), url)
+            pieces = [ranged(d, a, b, url) for (a, b), d in zip(parts, await _with_retries(self._read_ranges, url, parts))]
             datas = [b"".join(pieces[i] for i in owned) for owned in owner]
         except BaseException as e:  # every waiting chunk gets the failure
-            err = e if isinstance(e, SourceError) else SourceError(f"could not read chunk bytes: {e}", file=url)
+            err = e if isinstance(e, SourceError) else source_error(e, url, "could not read chunk bytes")
             for *_, fut in items:
                 if not fut.done():
                     fut.set_exception(err)
@@ -266,6 +278,12 @@ class IndexStore(Store):
             self.stats.keys.append(key)
             if not fut.done():
                 fut.set_result(datas[span][at: at + (b - a)])
+
+
+def _retrieved(fut: asyncio.Future) -> None:
+    """Take a background fetch's failure, so asyncio does not log it as never retrieved."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _taken(fut: asyncio.Future) -> bytes | None:
@@ -321,6 +339,7 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
     import fsspec
 
     filesystems: dict[str, Any] = {}
+    wholes: dict[str, bytes] = {}  # small files from servers that ignore Range requests: sent whole once
 
     def local_read(path: str, spans: list[tuple[int, int]]) -> list[bytes]:
         out = []
@@ -337,6 +356,8 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
         protocol, path = fsspec.core.split_protocol(url)
         if protocol in (None, "file", "local"):
             return await asyncio.to_thread(local_read, path, spans)
+        if url in wholes:
+            return [wholes[url][a:b] for a, b in spans]
         fs = filesystems.get(protocol)
         if fs is None:
             opts = {**(remote_options or {}), **((protocol_options or {}).get(protocol) or {})}
@@ -344,9 +365,13 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
             filesystems[protocol] = fs
         target = url if protocol in ("http", "https") else fs._strip_protocol(url)
         datas = await fs._cat_ranges([target] * len(spans), [a for a, _ in spans], [b for _, b in spans])
-        for d in datas:
+        out = []
+        for (a, b), d in zip(spans, datas):
             if isinstance(d, BaseException):
                 raise d
-        return datas
+            if whole_file(d, a, b):
+                wholes[url] = d
+            out.append(ranged(d, a, b, url))
+        return out
 
     return read

@@ -22,7 +22,7 @@ from ..compare import object_key, records_equal, values_of
 from ..errors import RefindexError
 from ..source import open_source
 from ._load import load_refs
-from ._open import ReadOptions, check_index, index_location, store_of
+from ._open import ReadOptions, check_index, declared_of, index_location, store_of
 
 try:
     import hdf5plugin  # noqa: F401  (expected values need every filter h5py can have)
@@ -267,7 +267,7 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     ic = icechunk_index(refs, source_options=remote_options)
     if ic is not None:  # an Icechunk repository (or one of its groups): provenance from the commit record
         if check_source:
-            from ._provenance import check_source as _check
+            from .freshness import check_source as _check
 
             _check(ic.as_refs(), source=str(source), storage_options=storage_options)
         return compare_file(source, ic.as_refs(), group if group is not None else ic.zarr_group(), storage_options)
@@ -278,9 +278,9 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     if check_index(refs, opts):
         opts = replace(opts, trust=True)
     if check_source:
-        from ._provenance import check_source as _check
+        from .freshness import check_source as _check
 
-        _check(refs, source=str(source), storage_options=storage_options)
+        _check(declared_of(refs, opts), source=str(source), storage_options=storage_options)
     return compare_file(source, refs, group if group is not None else open_group(store_of(refs, opts)),
                         storage_options)
 

@@ -56,6 +56,8 @@ class ScanContext:
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
     index_stats: IndexStats = field(default_factory=IndexStats)  # which reader listed each dataset's chunks
     index_facts: FileFacts | Unparsed | None = None  # sizes and base address for the native index readers
+    # (offset, bytes) of this file's ranges copied into the index: part of what its fingerprint covers
+    copied: list[tuple[int, bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.url
@@ -68,6 +70,12 @@ class ScanContext:
     def read_file(self, url: str | None, start: int, length: int) -> bytes:
         """Bytes of the scanned file (``url`` None or its own URL) or of another file."""
         return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
+
+    def header_addresses(self) -> list[int]:
+        """The file offsets of the object headers of every object the walk found (HDF5 addresses count
+        from the superblock, which a user block moves)."""
+        base = int(getattr(self.f, "userblock_size", 0) or 0)
+        return [base + key[1][0] for key in self.canonical if isinstance(key[1], tuple) and key[1]]
 
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""

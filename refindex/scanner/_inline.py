@@ -141,6 +141,8 @@ def read_deferred(ctx: ScanContext) -> None:
             wanted.setdefault(None if url in (None, ctx.url) else url, []).append((node, chunk_key(coord), off, size))
     for url, items in wanted.items():
         datas = ctx.read_many(url, [o for _, _, o, _ in items], [n for _, _, _, n in items])
-        for (node, key, _, _), data in zip(items, datas):
+        for (node, key, off, _), data in zip(items, datas):
             node.inline[key] = data
+            if url is None:
+                ctx.copied.append((off, data))
     ctx.deferred.clear()

@@ -36,6 +36,7 @@ import sys
 import warnings
 from typing import Callable, NoReturn
 
+from ..lifetime import die_with_parent
 from ..model import Tree
 from ..progress import NoProgress
 from ._context import ScanContext
@@ -81,7 +82,7 @@ def walk_split(ctx: ScanContext, groups: list[str], visit: Visit) -> bool:
     if pid == 0:  # the helper: whatever happens, it ends here, never back in the caller's code
         try:
             os.close(r)
-            _die_with(parent)
+            die_with_parent(parent)  # a scan killed for its time limit takes its helper along
             _help(ctx, groups, visit, w)
         finally:
             os._exit(1)
@@ -92,19 +93,6 @@ def walk_split(ctx: ScanContext, groups: list[str], visit: Visit) -> bool:
         os.close(r)
         _stop(pid)
     return True
-
-
-def _die_with(parent: int) -> None:
-    """Linux: the helper is killed when its parent dies (a scan killed for its time limit, say),
-    instead of walking on until its next message finds the pipe closed."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # it died before that took effect
-        os._exit(1)
 
 
 class _Counted(NoProgress):

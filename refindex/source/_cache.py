@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SourceError, short_read
+from ..errors import SourceError
 from ..options import CacheOptions
+from ._failures import ranged, whole_file
 from ._retry import is_transient, retry_policy
 
 WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
@@ -66,6 +67,9 @@ class BlockCache(io.RawIOBase):
     def _keep_ends(self, head: bytes, tail: bytes) -> bool:
         """Cache the whole blocks of head and tail fetched elsewhere; False if they do not fit the file."""
         bs, size = self.opts.block_size, self.size
+        if len(head) == size and whole_file(head, 0, min(size, self.opts.first_read)):
+            self._keep_whole(head)  # a server that ignores Range requests sent the whole (small) file
+            return True
         if len(head) != min(size, self.opts.first_read) or len(tail) != min(size, self.opts.tail_read + bs):
             return False  # the file changed, or a server that ignores ranges: fetch them here
         for data, start in ((head, 0), (tail, size - len(tail))):
@@ -136,6 +140,16 @@ class BlockCache(io.RawIOBase):
                          *(self.blocks[i] for i in range(first + 1, last)),
                          self.blocks[last][: end - last * bs]])
 
+    def at_hand(self, start: int, end: int) -> bytes:
+        """The bytes from ``start`` towards ``end`` that are cached, without fetching (fewer, or none)."""
+        bs = self.opts.block_size
+        start, end = max(0, start), min(self.size, end)
+        stop = start
+        while stop < end and stop // bs in self.blocks:
+            stop = (stop // bs + 1) * bs
+        stop = min(stop, end)
+        return self._cached(start, stop) if stop > start else b""
+
     def prefetch(self, offsets: list[int]) -> None:
         """Fetch the blocks holding ``offsets`` (with neighbours) that are not cached yet, at once."""
         bs = self.opts.block_size
@@ -187,6 +201,12 @@ class BlockCache(io.RawIOBase):
             for off in range(0, end - start, bs):
                 self.blocks[(start + off) // bs] = data[off : off + bs]
 
+    def _keep_whole(self, data: bytes) -> None:
+        """The whole file arrived (a server that ignores Range requests): every block from it."""
+        bs = self.opts.block_size
+        for i in range(-(-self.size // bs)):
+            self.blocks.setdefault(i, bytes(data[i * bs : (i + 1) * bs]))
+
     def _get(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """The bytes of ``ranges`` in one round trip: concurrent requests, each at most :data:`PART` bytes
         (a long range is fetched as parts side by side), a failed one retried alone; counted and checked."""
@@ -219,9 +239,9 @@ class BlockCache(io.RawIOBase):
                     continue
                 self.stats.bytes_fetched += len(d)
                 start, end = parts[i]
-                if len(d) != end - start:
-                    raise short_read(start, end - start, len(d), self.path)
-                out[i] = d
+                if len(d) == self.size and whole_file(d, start, end):
+                    self._keep_whole(d)  # a server that ignores Range requests sent the whole (small) file
+                out[i] = ranged(d, start, end, self.path)
             if not failed:
                 return out
             if attempt == len(delays) or not all(is_transient(e) for _, e in failed):

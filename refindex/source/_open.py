@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .. import urls
-from ..errors import NotHDF5Error, SourceError, short_read
+from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
+from ._failures import ranged, source_error
 from ._prefetch import prefetch_tree
 from ._retry import with_retries
+from ._validators import described
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -47,6 +49,20 @@ class Source:
         protocol, _ = urls.split(url)
         return urls.filesystem(url, self.storage_options if protocol == self.protocol else None)
 
+    def fingerprint(self, headers: list[int], copied: list[tuple[int, bytes]]) -> dict[str, Any]:
+        """The content fingerprint an index records of this file (see :mod:`refindex.source._fingerprint`),
+        from bytes the scan has read: nothing is fetched for it."""
+        from ._fingerprint import of_file
+
+        if self.cache is not None:
+            return of_file(self.size, headers, copied, self.cache.at_hand)
+        with open(self.path, "rb") as fh:
+            def at_hand(start: int, end: int) -> bytes:
+                fh.seek(start)
+                return fh.read(max(0, end - start))
+
+            return of_file(self.size, headers, copied, at_hand)
+
     def read_many(self, url: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
         """Byte ranges of the scanned file (``url`` None) or of another file next to it, in few requests.
 
@@ -68,13 +84,12 @@ class Source:
                 datas = [with_retries(fs.cat_file, path, start=spans[0][0], end=spans[0][1])]
             else:
                 datas = with_retries(fs.cat_ranges, [path] * len(spans), [a for a, _ in spans], [b for _, b in spans])
-        except FileNotFoundError as e:
-            raise SourceError("file not found", file=url or self.url) from e
-        for (a, b), d in zip(spans, datas):
+        except Exception as e:
+            raise source_error(e, url or self.url, "could not read") from e
+        for i, ((a, b), d) in enumerate(zip(spans, datas)):
             if isinstance(d, BaseException):
-                raise SourceError(f"could not read bytes {a}-{b}: {d}", file=url or self.url) from d
-            if len(d) != b - a:
-                raise short_read(a, b - a, len(d), url or self.url)
+                raise source_error(d, url or self.url, f"could not read bytes {a}-{b}") from d
+            datas[i] = ranged(d, a, b, url or self.url)
         return [datas[span][at : at + n] for (span, at), n in zip(where, sizes)]
 
 
@@ -86,10 +101,7 @@ def read_local(path: str, spans: list[tuple[int, int]]) -> list[bytes]:
             datas = []
             for a, b in spans:
                 fh.seek(a)
-                d = fh.read(b - a)
-                if len(d) != b - a:
-                    raise short_read(a, b - a, len(d), path)
-                datas.append(d)
+                datas.append(ranged(fh.read(b - a), a, b, path))
             return datas
     except OSError as e:
         raise SourceError(f"could not read bytes: {e}", file=path) from e
@@ -97,7 +109,7 @@ def read_local(path: str, spans: list[tuple[int, int]]) -> list[bytes]:
 
 def file_info(fs: Any, path: str) -> dict[str, Any]:
     """What an index records about its source: size, and etag and/or mtime when the store has them."""
-    return _described(_stat(lambda: with_retries(fs.info, path), path))
+    return _checked_info(_stat(lambda: with_retries(fs.info, path), path), path)
 
 
 def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, Any], tuple[bytes, bytes] | None]:
@@ -127,7 +139,14 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
 
     info, head, tail = _stat(lambda: with_retries(once), path)
     ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
-    return _described(info), ends
+    return _checked_info(info, path), ends
+
+
+def _checked_info(info: dict[str, Any], path: str) -> dict[str, Any]:
+    """:func:`described` of an ``info`` answer; a folder (a prefix in an object store) is refused by name."""
+    if info.get("type") == "directory":
+        raise SourceError("is a directory (a folder or an object-store prefix), not a file", file=path)
+    return described(info)
 
 
 def _suffix_ranges(fs: Any) -> bool:
@@ -145,27 +164,13 @@ def _suffix_ranges(fs: Any) -> bool:
 SUFFIX_RANGE_PROTOCOLS = {"http", "https", "s3", "s3a"}
 
 
-def _stat(call: Any, path: str) -> dict[str, Any]:
+def _stat(call: Any, path: str) -> Any:
     try:
         return call()
-    except FileNotFoundError as e:
-        raise SourceError("file not found", file=path) from e
-    except PermissionError as e:
-        raise SourceError(f"permission denied ({e})", file=path) from e
+    except SourceError:
+        raise
     except Exception as e:
-        raise SourceError(f"could not stat file: {e}", file=path) from e
-
-
-def _described(info: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"size": int(info.get("size") or 0)}
-    for key in ("ETag", "etag", "md5Hash", "generation"):
-        if info.get(key):
-            out["etag"] = str(info[key]).strip('"')
-            break
-    mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or info.get("updated")
-    if mtime is not None:
-        out["mtime"] = mtime.isoformat() if hasattr(mtime, "isoformat") else float(mtime)
-    return out
+        raise source_error(e, path) from e
 
 
 def filesystem_of(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:

@@ -31,3 +31,14 @@ def die_while_writing(source: str, output: str) -> None:
         fh.write(b"half an index")
         fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang_while_writing(source: str, output: str, seconds: float = 3600.0) -> None:
+    """Start an atomic write of ``output`` and stay in the middle of it (a long scan's write):
+    whoever kills the process, or its parent, must find no half-written output afterwards."""
+    from ..writers import atomic_file
+
+    with atomic_file(output) as fh:
+        fh.write(b"half an index")
+        fh.flush()
+        time.sleep(seconds)

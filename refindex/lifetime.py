@@ -1,0 +1,83 @@
+"""Child processes that end with their parent, and take what they half-wrote with them.
+
+``refindex scan`` runs its work in a forked child (:mod:`refindex.forked`), which a parent's
+timer kills when it overruns.  When the parent itself is killed (``kill -9``, an OOM kill, a
+closed terminal), nothing would stop the child: it would write its output later, unasked.
+:func:`die_with_parent` makes the kernel kill it then (Linux ``PR_SET_PDEATHSIG``), and
+:func:`clean_after` leaves a tiny sentinel process behind that removes the temporary files
+the dead child had started (it cannot do that itself: a killed process runs no code).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Callable
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Linux: this process is killed (SIGKILL) when its parent ``parent`` dies; it ends at once
+    when the parent is gone already.  Elsewhere nothing happens."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before that took effect
+        os._exit(1)
+
+
+def clean_after(cleanup: Callable[[int], None]) -> int | None:
+    """Fork a sentinel that runs ``cleanup(pid)`` of this process if it dies without calling
+    :func:`finished` (killed with its parent, crashed); returns the handle for :func:`finished`.
+
+    The sentinel only waits on a pipe this process holds the other end of, so it lives
+    exactly as long as this process, plus the cleanup.
+    """
+    worker = os.getpid()
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+    except OSError:  # no fork (memory, process limits): no sentinel, the parent still cleans up
+        return None
+    if pid != 0:
+        os.close(r)
+        return w
+    status = 0
+    try:
+        # Hold nothing of the worker's but this pipe: an inherited end of the worker's answer
+        # pipe would keep its parent waiting for an end of file that never comes.
+        os.closerange(3, r)
+        os.closerange(r + 1, _max_fd())
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # what ends the group ends the worker; this one cleans up after
+        quiet = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(quiet, fd)
+        if os.read(r, 1) != b"1":  # the worker ended without saying it finished
+            cleanup(worker)
+    except BaseException:  # noqa: BLE001 - the sentinel never returns into the caller's code
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def finished(handle: int | None) -> None:
+    """Tell the sentinel of :func:`clean_after` that this process finished: nothing to clean."""
+    if handle is None:
+        return
+    try:
+        os.write(handle, b"1")
+        os.close(handle)
+    except OSError:
+        pass
+
+
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 256)
+    except (OSError, ValueError):
+        return 4096

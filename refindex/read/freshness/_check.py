@@ -1,0 +1,162 @@
+"""The freshness request: is an index's source still the file the index was made from?
+
+One function, :func:`check_fresh`, for every reader of an index: saved indexes (JSON,
+parquet), the cache of indexes made on the fly, batch re-runs, Icechunk commits and
+h5py-style readers.  It asks the source's ``info`` (size, ETag, version id, mtime) and,
+when those cannot settle it (see :mod:`._verdict`), reads the spans of the content
+fingerprint the scan recorded, in the same round trip when that is known in advance.
+It raises :class:`~refindex.errors.StaleIndexError` or returns what it learned and
+fetched, so a caller can reuse the bytes (a reader of the file's head and tail, say).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ... import urls
+from ...errors import SourceError, StaleIndexError
+from ...source import described, filesystem_of, fingerprint_digest, fingerprint_spans, merge_ranges, ranged
+from ...source import source_error, with_retries
+from ._verdict import needs_bytes_first, verdict
+
+Span = tuple[int, int]
+FIX = "re-scan it, or pass check_source=False / --no-check-source to read anyway"
+
+
+@dataclass
+class Freshness:
+    """What a freshness check found: the source is unchanged (else it raised).
+
+    ``how``: what proved it (``"etag"``, ``"version"``, ``"mtime"``, ``"fingerprint"``, or
+    ``"size"`` for an index without a fingerprint whose source sends no validator);
+    ``now``: the source's size and validators as they are; ``fetched``: the byte ranges read
+    (fingerprint spans and the ``also`` ranges asked for), ``{(start, end): bytes}``.
+    """
+
+    how: str
+    now: dict[str, Any]
+    fetched: dict[Span, bytes] = field(default_factory=dict, repr=False)
+
+    def bytes_at(self, start: int, end: int) -> bytes | None:
+        """``start:end`` of the file when a fetched range holds it (else None)."""
+        for (a, b), data in self.fetched.items():
+            if a <= start and end <= b:
+                return data[start - a : end - a]
+        return None
+
+
+def check_fresh(provenance: Mapping[str, Any], storage_options: dict[str, Any] | None = None, *,
+                url: str | None = None, now: Mapping[str, Any] | None = None,
+                also: Sequence[Span] = ()) -> Freshness:
+    """Raise :class:`StaleIndexError` unless the source the index's ``provenance`` describes is unchanged.
+
+    ``provenance``: ``refs["refindex"]["source"]`` (``url``, ``size``, ``etag``/``version``/
+    ``mtime``, ``fingerprint``).  ``storage_options`` reach the source.  ``url``: look there
+    instead (another copy of the file: its size and bytes must agree).  ``now``: the
+    source's ``info`` when the caller has it already (a listing); ``also``: more byte
+    ranges to read in the same round trip (returned in ``fetched``).
+    """
+    recorded = dict(provenance)
+    where = urls.normalise(str(url if url is not None else recorded["url"]))
+    same_place = where == recorded.get("url")
+    spans = fingerprint_spans(recorded.get("fingerprint")) or []
+    early = list(also) + (spans if spans and (not same_place or needs_bytes_first(recorded)) else [])
+    if now is None:
+        info, fetched = _info_and_ranges(where, storage_options, early)
+    else:
+        info, fetched = dict(now), (_ranges(where, storage_options, early) if early else {})
+    found = verdict(recorded, info, same_place)
+    if found.outcome == "same":
+        return Freshness(found.how, info, fetched)
+    if found.outcome == "changed":
+        raise _stale(where, found.why)
+    if not spans:  # an index made before fingerprints: as good as its validators
+        if found.changed_validators:
+            raise _stale(where, found.why)
+        return Freshness("size", info, fetched)
+    missing = [s for s in spans if s not in fetched]
+    if missing:
+        fetched.update(_ranges(where, storage_options, missing))
+    if fingerprint_digest(spans, (fetched[s] for s in spans)) != recorded["fingerprint"]["digest"]:
+        raise _stale(where, found.why + "; the bytes the index depends on differ from the fingerprint it recorded")
+    return Freshness("fingerprint", info, fetched)
+
+
+def _stale(where: str, why: str) -> StaleIndexError:
+    return StaleIndexError(f"source changed since it was indexed ({why}): {FIX}", file=where)
+
+
+def _info_and_ranges(url: str, storage_options: dict[str, Any] | None,
+                     spans: list[Span]) -> tuple[dict[str, Any], dict[Span, bytes]]:
+    """The source's described ``info`` and the bytes of ``spans``, in one round trip where the
+    filesystem reads concurrently."""
+    fs, path = filesystem_of(url, storage_options)
+    reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0] if spans else []
+
+    def once() -> list[Any]:
+        if not getattr(fs, "async_impl", False) or not reads:
+            info = fs.info(path)
+            return [info, *(_read_local_or_sync(fs, path, reads) if reads else [])]
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        async def together() -> list[Any]:
+            return await asyncio.gather(fs._info(path), *(fs._cat_file(path, start=a, end=b) for a, b in reads),
+                                        return_exceptions=True)
+
+        out = sync(fs.loop, together)
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        return out  # a failed range read (a file that shrank, say) is left out: read again if needed
+
+    try:
+        info, *datas = with_retries(once)
+    except SourceError:
+        raise
+    except Exception as e:
+        raise source_error(e, url) from e
+    if info.get("type") == "directory":
+        raise SourceError("is a directory (a folder or an object-store prefix), not a file", file=url)
+    return described(info), _cut(url, spans, reads, datas)
+
+
+def _ranges(url: str, storage_options: dict[str, Any] | None, spans: list[Span]) -> dict[Span, bytes]:
+    """The bytes of ``spans`` (close ones read as one request; one round trip)."""
+    if not spans:
+        return {}
+    fs, path = filesystem_of(url, storage_options)
+    reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0]
+    try:
+        datas = with_retries(_read_local_or_sync, fs, path, reads)
+    except SourceError:
+        raise
+    except Exception as e:
+        raise source_error(e, url, "could not read") from e
+    return _cut(url, spans, reads, datas)
+
+
+def _read_local_or_sync(fs: Any, path: str, reads: list[Span]) -> list[bytes]:
+    if len(reads) == 1:
+        return [fs.cat_file(path, start=reads[0][0], end=reads[0][1])]
+    datas = fs.cat_ranges([path] * len(reads), [a for a, _ in reads], [b for _, b in reads])
+    for d in datas:
+        if isinstance(d, BaseException):
+            raise d
+    return datas
+
+
+def _cut(url: str, spans: list[Span], reads: list[Span], datas: list[bytes]) -> dict[Span, bytes]:
+    """Each span's bytes out of the merged reads that hold them.  A file shorter than a span
+    (truncated) gives fewer bytes: its digest then differs."""
+    out: dict[Span, bytes] = {}
+    for (a, b), data in zip(reads, datas):
+        if isinstance(data, BaseException):
+            continue
+        if len(data) > b - a:
+            data = ranged(data, a, b, url)  # a server that ignores Range requests
+        for s in spans:
+            if a <= s[0] and s[1] <= b:
+                out[s] = data[s[0] - a : s[1] - a]
+    return out

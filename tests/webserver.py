@@ -1,0 +1,103 @@
+"""A loopback HTTP server for tests, shaped like the servers users meet.
+
+``serve(etag=..., last_modified=..., ranges=...)`` serves files held in memory
+(``server.put(name, data)``), with or without an ``ETag`` (derived from the file's mtime and
+size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole seconds, as HTTP
+dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
+answer back (a slow server); ``server.requests`` logs (method, path, Range).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import http.server
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+
+@dataclass
+class Served:
+    data: bytes
+    mtime: float
+
+
+@dataclass
+class Server:
+    base: str
+    files: dict[str, Served] = field(default_factory=dict)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def url(self, name: str) -> str:
+        return f"{self.base}/{name}"
+
+    def put(self, name: str, data: bytes, mtime: float | None = None) -> str:
+        """Serve ``data`` as ``name`` (modified now, or at ``mtime``); returns its URL."""
+        self.files[name] = Served(bytes(data), time.time() if mtime is None else mtime)
+        return self.url(name)
+
+
+def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, delay: float) -> type:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, head_only: bool) -> None:
+            rng = self.headers.get("Range")
+            server.requests.append((self.command, self.path, rng))
+            if delay:
+                time.sleep(delay)
+            served = server.files.get(self.path.lstrip("/").split("?", 1)[0])
+            if served is None:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            data, status = served.data, 200
+            if ranges and rng and rng.startswith("bytes="):
+                a, _, b = rng[6:].partition("-")
+                if a:
+                    start, end = int(a), min(len(data), int(b) + 1 if b else len(data))
+                else:  # a suffix range: the last b bytes
+                    start, end = max(0, len(data) - int(b)), len(data)
+                data, status = data[start:end], 206
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            if ranges:
+                self.send_header("Accept-Ranges", "bytes")
+            if etag:
+                self.send_header("ETag", f'"{int(served.mtime):x}-{len(served.data):x}"')
+            if last_modified:
+                self.send_header("Last-Modified", email.utils.formatdate(served.mtime, usegmt=True))
+            self.end_headers()
+            if not head_only:
+                self.wfile.write(data)
+
+        def do_GET(self):
+            self._send(False)
+
+        def do_HEAD(self):
+            self._send(True)
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
+          delay: float = 0.0) -> Iterator[Server]:
+    """A running server on 127.0.0.1 (stopped on exit)."""
+    server = Server(base="")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay))
+    httpd.daemon_threads = True
+    server.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
