@@ -9,23 +9,21 @@ with xarray's v3 encodings (:mod:`._plain3`).
 
 from __future__ import annotations
 
-from ..model import Tree
+from ..model import Tree, hdmf_file
 from ..options import Convention
 from ._hdmf import apply_hdmf
 from ._hdmf3 import apply_hdmf3
 from ._plain import apply_plain
+from ._ncview import hidden_attributes
 from ._plain3 import KEPT_FILL_ATTR, apply_plain3
 
-__all__ = ["KEPT_FILL_ATTR", "Convention", "apply", "apply_v3", "detect"]
+__all__ = ["KEPT_FILL_ATTR", "Convention", "apply", "apply_v3", "detect", "hidden_attributes"]
 
 
 def detect(tree: Tree) -> str:
     """``"hdmf"`` for files written by HDMF (NWB), else ``"plain"``."""
     root = tree.groups.get("/")
-    attrs = root.attrs if root else {}
-    if ".specloc" in attrs or ("namespace" in attrs and "neurodata_type" in attrs):
-        return "hdmf"
-    return "plain"
+    return "hdmf" if hdmf_file(root.attrs if root else {}) else "plain"
 
 
 def apply(tree: Tree, convention: Convention = "auto") -> str:
