@@ -101,6 +101,7 @@ class ArrayNode:
     # list of {"name", "dtype"} for compounds).
     kind: Any = None
     scalar: bool = False  # HDF5 scalar dataspace (shape ())
+    charset: str | None = None  # text: "utf-8" or "ascii", as HDF5 states it (what netCDF readers decode by)
     object_id: str | None = None
     # Dimension names a zarr v3 index states in ``dimension_names`` (set by the v3 conventions;
     # v2 indexes carry them in the ``_ARRAY_DIMENSIONS`` attribute only).
@@ -124,11 +125,33 @@ class LinkNode:
 
 
 @dataclass
+class NcMember:
+    """What netCDF readers (h5netcdf) read of one dataset member of a group to name dimensions.
+
+    Recorded by the scanner for files the plain convention may serve (never written into an
+    index): the plain convention names each array's dimensions from these facts the way
+    h5netcdf does (:mod:`refindex.conventions._ncdims`).
+    """
+
+    name: str  # the member's name in its group (a link's name for a linked dataset)
+    shape: tuple[int, ...] | None  # None: null dataspace
+    scale: bool = False  # CLASS is b"DIMENSION_SCALE": a netCDF dimension
+    dimension_only: bool = False  # netCDF-4's placeholder scale: a dimension, not a variable
+    dimid: int | None = None  # _Netcdf4Dimid
+    coordinates: list[int] | None = None  # _Netcdf4Coordinates
+    scales: list[list[str]] | None = None  # per axis, the names of its attached scales (None: no DIMENSION_LIST)
+    size: int = 0  # a scale's dimension size (unlimited: the longest axis of the datasets using it)
+    unlimited: bool = False  # a scale whose maxshape is (None,)
+
+
+@dataclass
 class GroupNode:
     path: str
     attrs: dict[str, Any] = field(default_factory=dict)
     object_id: str | None = None
     attr_types: dict[str, str] = field(default_factory=dict)  # as ArrayNode.attr_types
+    # Dataset members in the order h5py lists them, for netCDF's view (None: not recorded).
+    nc_members: list[NcMember] | None = None
 
 
 @dataclass
@@ -262,6 +285,7 @@ def external_sources(refs: RefsDocument) -> list[str]:
             for x in v:
                 walk(x)
 
+    walk((refs.get("refindex") or {}).get("hidden_attributes"))  # a plain index's zarr_link entries
     for key, value in (refs.get("refs") or {}).items():
         name = key.rsplit("/", 1)[-1]
         if name == ".zattrs" and isinstance(value, str):

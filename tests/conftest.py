@@ -39,6 +39,14 @@ def consumer_open(refs: dict[str, Any]) -> zarr.Group:
     return zarr.open_group(consumer_store(refs), mode="r", zarr_format=2)
 
 
+def notes(refs: dict[str, Any], path: str) -> dict[str, Any]:
+    """refindex's own attributes of node ``path`` ("a/b", "" for the root): a plain index keeps them in its
+    provenance (``hidden_attributes``), out of the attributes xarray shows."""
+    from refindex.read import notes as read_notes
+
+    return read_notes(refs, path)
+
+
 def json_roundtrip(refs: dict[str, Any]) -> dict[str, Any]:
     """What a consumer gets after the index went through a JSON file."""
     return json.loads(json.dumps(refs, allow_nan=True))

@@ -104,71 +104,7 @@ def test_corpus_file_reads_exactly(row: dict[str, str]) -> None:
     assert len(unreadable) <= (int(m.group(1)) if m else 0), f"{rel}: h5py cannot read {unreadable}"
 
 
-NETCDF = [r for r in ROWS if r["relpath"].endswith(".nc") or "_NCProperties" in r["notes"]]
-# h5netcdf names a hard-linked dimension scale after whichever of its names libhdf5
-# reports (here "lat_hard" for the variable "lat"); the index names each name's own
-# dimension after that name, so the two views cannot agree on this file.
-_XARRAY_DIFFERS = {"kerchunk/air_linked.nc": "netCDF readers name hard-linked scales by an arbitrary alias"}
-NETCDF_PARAMS = [
-    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=_XARRAY_DIFFERS[r["relpath"]]))
-    if r["relpath"] in _XARRAY_DIFFERS else r
-    for r in NETCDF
-]
-
-
-@pytest.mark.parametrize("row", NETCDF_PARAMS, ids=[r["relpath"] for r in NETCDF])
-def test_corpus_netcdf_opens_in_xarray(row: dict[str, str]) -> None:
-    """xarray over the refs shows the file's dimensions and values, as xarray over netCDF-C does."""
-    xr = pytest.importorskip("xarray")
-    pytest.importorskip("netCDF4")
-    import numpy as np
-
-    import refindex.read
-
-    path = _path(row)
-    refs = refindex.scan(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:  # the netCDF-C library itself (as test_v3 does: h5netcdf spends minutes on a 2000-variable file,
-            # resolving each variable's dimension scale by name)
-            want = xr.open_dataset(path, engine="netcdf4", decode_times=False, mask_and_scale=False)
-        except Exception as e:  # files netCDF-C itself rejects
-            pytest.skip(f"netCDF4 cannot open {row['relpath']}: {type(e).__name__}: {e}")
-        got = xr.open_dataset(refindex.read.store(refs), engine="zarr", consolidated=False, zarr_format=2,
-                              decode_times=False, mask_and_scale=False)
-    # netCDF-4 stores a variable named like a dimension it does not index as
-    # "_nc4_non_coord_<name>"; netCDF readers rename it, the index keeps HDF5's names.
-    got = got.rename({n: n[len("_nc4_non_coord_"):] for n in got.variables if n.startswith("_nc4_non_coord_")})
-    assert dict(got.sizes) == dict(want.sizes)
-    for name, var in want.variables.items():
-        assert name in got.variables, f"{name} missing from xarray view of the refs"
-        assert got[name].dims == var.dims, name
-        try:
-            want_values = np.asarray(var.values)
-        except TypeError:  # xarray over h5netcdf cannot decode some compound types itself
-            continue
-        try:
-            got_values = np.asarray(got[name].values)
-        except TypeError:  # xarray's zarr backend cannot cast this compound type: compare zarr's own read
-            assert want_values.dtype.names, name
-            got_values = np.asarray(refindex.open(refs)[name][...])
-        _assert_same(want_values, got_values, name)
-
-
-def _assert_same(a, b, name: str) -> None:
-    import numpy as np
-
-    assert a.shape == b.shape, name
-    if a.dtype.names:
-        for field in a.dtype.names:
-            _assert_same(a[field], b[field], f"{name}.{field}")
-    elif a.dtype.kind in "OSUT" or b.dtype.kind in "OSUT":
-        def norm(x):
-            return x if isinstance(x, bytes) else str(x).encode("utf-8")
-
-        assert [norm(x) for x in a.ravel()] == [norm(x) for x in b.ravel()], name
-    else:
-        np.testing.assert_array_equal(a, b, err_msg=name)
+# xarray over the corpus (default decoding, against h5netcdf): tests/test_xarray.py.
 
 
 def test_corpus_opaque_attributes_keep_their_bytes() -> None:

@@ -25,6 +25,7 @@ import pytest
 import refindex
 from refindex.testing.portability import (LONG_VALUES, STRINGS, write_large_dirty_strings,
                                           write_portability_zoo)
+from conftest import notes
 from stockenv import StockReader, stock_verify
 
 ROWS, COLS = 100, 37
@@ -133,7 +134,7 @@ def test_portable_index_needs_only_stock_codecs(filters_file: Path, stock: Stock
     results = stock_verify(stock, filters_file, index)
     assert set(results.values()) == {"exact"}, results
     for name in ("bitshuffle_lz4", "bitshuffle_zstd", "lzf_beyond_8x"):
-        assert "refindex_inlined" in json.loads(refs["refs"][f"{name}/.zattrs"])
+        assert "refindex_inlined" in notes(refs, name)
     assert _ids(_zarray(refs, "lz4")) == {"imagecodecs_lz4h5"}  # stock codecs stay references
 
 
@@ -165,26 +166,27 @@ def test_zoo_opens_in_stock_zarr_and_equals_h5py(zoo: Path, stock: StockReader, 
     assert not [c for c in refs["refindex"]["codecs"] if c.startswith("refindex_")]
     # raw bytes for the types zarr lacks, with the numpy type to view them as and the HDF5 type named
     for name, view in (("ld_le", "<f16"), ("ld_be", ">f16"), ("c256_le", "<c32"), ("c256_be", ">c32")):
-        z, attrs = _zarray(refs, f"long_doubles/{name}"), json.loads(refs["refs"][f"long_doubles/{name}/.zattrs"])
+        z, attrs = _zarray(refs, f"long_doubles/{name}"), notes(refs, f"long_doubles/{name}")
         assert z["dtype"] == f"|V{np.dtype(view).itemsize}" and attrs["refindex_view_dtype"] == view
         assert "80-bit precision" in attrs["refindex_hdf5_type"]
     # numbers numpy has no layout for: h5py's converted values
     assert _zarray(refs, "odd_numbers/bfloat16")["dtype"] == "<f4"
-    assert "refindex_inlined" in json.loads(refs["refs"]["odd_numbers/i31/.zattrs"])
+    assert "refindex_inlined" in notes(refs, "odd_numbers/i31")
     # clean strings are plain |S references with no filter; dirty ones copied in as h5py reads them
     for name in ("clean", "nullpad"):
         z = _zarray(refs, f"strings/{name}")
         assert z["dtype"] == "|S8" and not z["filters"]
     for name in ("garbage", "space", "record"):
-        assert "fixed-length strings" in json.loads(refs["refs"][f"strings/{name}/.zattrs"])["refindex_inlined"]
+        assert "fixed-length strings" in notes(refs, f"strings/{name}")["refindex_inlined"]
 
 
 def test_zoo_values_as_a_reader_sees_them(zoo: Path, tmp_path: Path) -> None:
     """The documented raw-bytes view gives the numbers; dirty strings read as libhdf5 returns them."""
-    root = refindex.open(refindex.scan(zoo, inline_dataset_threshold=0))
+    refs = refindex.scan(zoo, inline_dataset_threshold=0)
+    root = refindex.open(refs)
     for tag in ("le", "be"):
         a = root[f"long_doubles/ld_{tag}"]
-        got = a[...].view(a.attrs["refindex_view_dtype"])
+        got = a[...].view(notes(refs, f"long_doubles/ld_{tag}")["refindex_view_dtype"])
         assert np.array_equal(got, LONG_VALUES, equal_nan=True)
         assert np.array_equal(np.signbit(got), np.signbit(LONG_VALUES))
     with h5py.File(zoo) as f:

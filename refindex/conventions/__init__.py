@@ -14,9 +14,10 @@ from ..options import Convention
 from ._hdmf import apply_hdmf
 from ._hdmf3 import apply_hdmf3
 from ._plain import apply_plain
+from ._ncview import hidden_attributes
 from ._plain3 import KEPT_FILL_ATTR, apply_plain3
 
-__all__ = ["KEPT_FILL_ATTR", "Convention", "apply", "apply_v3", "detect"]
+__all__ = ["KEPT_FILL_ATTR", "Convention", "apply", "apply_v3", "detect", "hidden_attributes"]
 
 
 def detect(tree: Tree) -> str:

@@ -1,10 +1,15 @@
-"""The plain convention: every HDF5 name that leads to data stays readable.
+"""The plain convention: every HDF5 name that leads to data stays readable, as netCDF readers show it.
 
 Hard and soft links to datasets become arrays of their own whose chunk references repeat
 the target's (the data is never copied); links to groups are materialised the same way
 unless that would recurse (a link to an ancestor).  Links that cannot be materialised
 (external, dangling, user-defined, recursive) are recorded in the parent group's
-``zarr_link`` attribute so nothing disappears silently.
+``zarr_link`` entries so nothing disappears silently.
+
+Names, dimensions and attributes then take the form xarray shows over the file with
+h5netcdf (:mod:`._ncview`), and a v2 index states fill values as xarray reads them
+(:mod:`._fills`).  refindex's own notes on nodes go to the provenance (``hidden_attributes``),
+never into attributes xarray would show.
 """
 
 from __future__ import annotations
@@ -13,10 +18,25 @@ import copy
 import posixpath
 
 from ..model import ArrayNode, GroupNode, Tree, join
+from ._fills import xarray_fill_values
 from ._links import add_zarr_link
+from ._ncview import keep_aside, netcdf_view
 
 
 def apply_plain(tree: Tree) -> None:
+    """Rewrite ``tree`` in place for a plain zarr v2 index."""
+    plain_view(tree)
+    xarray_fill_values(tree)
+    keep_aside(tree)
+
+
+def plain_view(tree: Tree) -> None:
+    """What plain indexes of both zarr formats share: links materialised, netCDF's view."""
+    materialise_links(tree)
+    netcdf_view(tree)
+
+
+def materialise_links(tree: Tree) -> None:
     pending = sorted(tree.links, key=lambda l: join(l.parent, l.name))
     for link in pending:
         where = join(link.parent, link.name)
@@ -51,9 +71,13 @@ def _clone_array(node: ArrayNode, path: str, rename_scale: bool = False) -> Arra
 
 def _clone_group(tree: Tree, src: str, dst: str) -> None:
     prefix = src.rstrip("/") + "/"
-    tree.groups[dst] = GroupNode(dst, copy.deepcopy(tree.groups[src].attrs), tree.groups[src].object_id)
+    tree.groups[dst] = _clone_group_node(tree.groups[src], dst)
     for path in [p for p in tree.groups if p.startswith(prefix)]:
         new = dst + "/" + path[len(prefix) :]
-        tree.groups[new] = GroupNode(new, copy.deepcopy(tree.groups[path].attrs), tree.groups[path].object_id)
+        tree.groups[new] = _clone_group_node(tree.groups[path], new)
     for path in [p for p in tree.arrays if p.startswith(prefix)]:
         tree.arrays[dst + "/" + path[len(prefix) :]] = _clone_array(tree.arrays[path], dst + "/" + path[len(prefix) :])
+
+
+def _clone_group_node(node: GroupNode, path: str) -> GroupNode:
+    return GroupNode(path, copy.deepcopy(node.attrs), node.object_id, node.nc_members)

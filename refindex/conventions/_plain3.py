@@ -1,8 +1,9 @@
-"""The ``plain`` convention for zarr v3 indexes: v2's link handling, and xarray's v3 encodings.
+"""The ``plain`` convention for zarr v3 indexes: v2's view of the file, and xarray's v3 encodings.
 
-Links are handled exactly as in v2 (:func:`apply_plain`: materialised where they lead to
-data, else recorded in ``zarr_link``).  What changes is how xarray, the main reader of such
-files, finds two netCDF facts in a v3 array:
+Links, names, dimensions and attributes are as in v2 (:func:`plain_view`), and refindex's
+notes go to the provenance alike.  The array's ``fill_value`` stays HDF5's (xarray does not
+read it in v3), so unwritten chunks read as libhdf5 reads them.  What changes is how xarray,
+the main reader of such files, finds two netCDF facts in a v3 array:
 
 * dimension names: in the array's ``dimension_names``; xarray then shows an
   ``_ARRAY_DIMENSIONS`` attribute as a user attribute, so it moves there from the attributes;
@@ -10,9 +11,10 @@ files, finds two netCDF facts in a v3 array:
   (floats as base64 of a little-endian double, complex numbers as two, integers and
   booleans as JSON numbers, text as text).  netCDF stores it as a one-element array (a JSON
   list in the index), which xarray refuses, failing the whole file.  It is rewritten in
-  that encoding (exact: a float32 fill widens to a double losslessly); a fill xarray cannot
-  decode in v3 (fixed-length bytes, compounds, opaque) is kept unchanged as
-  ``refindex__FillValue``, so the file still opens and nothing is lost.
+  that encoding (exact: a float32 fill widens to a double losslessly).  A fill xarray cannot
+  decode in v3 (fixed-length bytes, compounds, opaque: xarray 2026.9's v3 reader refuses the
+  whole file) goes to the provenance's ``hidden_attributes`` unchanged: the file opens, and
+  such a variable is not masked by xarray (it is by h5netcdf; see docs/xarray.md).
 """
 
 from __future__ import annotations
@@ -24,21 +26,23 @@ from typing import Any
 
 from ..codecs import dtype_of
 from ..model import ArrayNode, Tree
-from ._plain import apply_plain
+from ._ncview import keep_aside
+from ._plain import plain_view
 
-KEPT_FILL_ATTR = "refindex__FillValue"
+KEPT_FILL_ATTR = "refindex__FillValue"  # the name a fill xarray cannot decode is kept aside under
 _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def apply_plain3(tree: Tree) -> list[tuple[str, str]]:
     """Rewrite ``tree`` in place for a plain v3 index; nothing is refused here."""
-    apply_plain(tree)
+    plain_view(tree)
     for node in tree.arrays.values():
         dims = node.attrs.pop("_ARRAY_DIMENSIONS", None)
         if isinstance(dims, list) and len(dims) == len(node.shape) and all(isinstance(d, str) for d in dims):
             node.dimension_names = list(dims)
         if "_FillValue" in node.attrs:
             _xarray_fill_attr(node)
+    keep_aside(tree)
     return []
 
 

@@ -19,6 +19,7 @@ from ._load import cache_folder, index_of_file, kind_of, load_index, load_refs, 
 from ._nwb import ExternalIndexes, ZarrTree, nwb_io_class, nwb_io_class_v3, open_nwb, serve_from_memory
 from ._open import ReadOptions, check_index, index_store, open, reference_fs, store, store_of
 from .freshness import Freshness, check_fresh, check_source
+from ._notes import notes
 from ._schema import CheckReport, check, load_metadata, load_template, object_model
 from ._schema import dumps as zom_json
 from ._store import FetchStats, IndexStore, fsspec_range_reader
@@ -27,5 +28,5 @@ from ._verify import VerifyReport, verify
 
 __all__ = ["METADATA_NAMES", "CheckReport", "ExternalIndexes", "FetchStats", "Freshness", "IcechunkIndex", "IndexStore", "ReadOptions", "UrlPolicy",
            "VerifyReport", "ZarrTree", "cache_folder", "check", "check_index", "fsspec_range_reader", "check_fresh", "check_source", "icechunk_index", "is_repository", "consolidation_differences", "index_of_file", "index_store",
-           "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "zom_json", "nwb_io_class", "nwb_io_class_v3", "object_model", "open",
+           "info", "kind_of", "load_index", "load_metadata", "load_refs", "load_template", "notes", "zom_json", "nwb_io_class", "nwb_io_class_v3", "object_model", "open",
            "open_group", "open_nwb", "parquet_metadata", "zarr_format_of", "serve_from_memory", "reference_fs", "store", "store_of", "verify"]

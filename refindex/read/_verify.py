@@ -165,11 +165,13 @@ def _plain(v: Any) -> Any:
     return json.loads(json.dumps(jsonable(v), allow_nan=True))
 
 
-def compare_dataset(cmp: _Comparer, d: h5py.Dataset, z, block_bytes: int = BLOCK_BYTES) -> tuple[str, str]:
-    attrs = dict(z.attrs)
+def compare_dataset(cmp: _Comparer, d: h5py.Dataset, z, block_bytes: int = BLOCK_BYTES,
+                    notes: dict[str, Any] | None = None) -> tuple[str, str]:
+    """``d`` against the zarr array ``z``; ``notes``: refindex's attributes of it a plain index keeps in its provenance."""
+    attrs = dict(z.attrs) | dict(notes or {})
     dt = d.dtype
     if d.shape is None:
-        return ("exact", "") if z.shape == (0,) and attrs.get("refindex_null_dataspace") else (
+        return ("exact", "") if z.shape in ((0,), ()) and attrs.get("refindex_null_dataspace") else (
             "different", f"null dataspace read as shape {z.shape}")
     raw_like = h5py.check_vlen_dtype(dt) is None and h5py.check_ref_dtype(dt) is None and "refindex_fields" not in attrs
     expected_shape = tuple(d.shape) + (dt.subdtype[1] if dt.subdtype is not None else ())
@@ -288,15 +290,17 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
 def compare_file(source: Any, refs: Any, root: Any, storage_options: dict | None) -> VerifyReport:
     """Every dataset of ``source`` (h5py) against the zarr group ``root`` read from the index ``refs``
     (whose provenance lists what was skipped or omitted)."""
-    prov = refs.get("refindex", {}) if isinstance(refs, dict) else {}
+    prov = _provenance(refs)
     skipped = {s["path"] for s in prov.get("skipped", []) if "attribute" not in s}
     omitted = {s["path"] for s in prov.get("omitted", [])}
+    aside = prov.get("hidden_attributes") or {}
+    index_path = {hdf5: index for index, hdf5 in (prov.get("renamed") or {}).items()}
     with open_source(source, storage_options) as src:
         report = VerifyReport(src.url)
         cmp = _Comparer(src.h5)
-        links = _zarr_links(root)
+        links = _zarr_links(root, aside)
         for path, d, how in dataset_names(src.h5):
-            key = path.strip("/")
+            key = index_path.get(path, path).strip("/")
             if path in skipped:
                 report.results.append(DatasetResult(path, "skipped", "recorded as unsupported in the index"))
                 continue
@@ -318,17 +322,31 @@ def compare_file(source: Any, refs: Any, root: Any, storage_options: dict | None
             except Exception as e:
                 report.results.append(DatasetResult(path, "unreadable", f"{type(e).__name__}: {e}"))
                 continue
-            status, detail = compare_dataset(cmp, d, z)
+            status, detail = compare_dataset(cmp, d, z, notes=aside.get("/" + key))
             report.results.append(DatasetResult(path, status, detail))
     return report
 
 
-def _zarr_links(root) -> dict[str, str]:
-    """HDF5 path -> target path for every ``zarr_link`` entry (``_LINKS`` in hdmf-zarr's v3 convention)."""
+def _provenance(refs: Any) -> dict[str, Any]:
+    """An index's ``refindex`` section: a refs dict's, or a parquet folder's (in its .zmetadata)."""
+    if isinstance(refs, dict):
+        return refs.get("refindex") or {}
+    from ._load import parquet_metadata
+
+    try:
+        return parquet_metadata(refs).get("refindex") or {}
+    except (RefindexError, OSError, TypeError):
+        return {}
+
+
+def _zarr_links(root, aside: dict[str, dict[str, Any]] | None = None) -> dict[str, str]:
+    """HDF5 path -> target path for every ``zarr_link`` entry (``_LINKS`` in hdmf-zarr's v3 convention;
+    a plain index keeps its entries in the provenance, ``aside``)."""
     out: dict[str, str] = {}
 
     def visit(g, path: str) -> None:
-        for entry in list(g.attrs.get("zarr_link", []) or []) + list(g.attrs.get("_LINKS", []) or []):
+        kept = ((aside or {}).get(path) or {}).get("zarr_link", [])
+        for entry in list(g.attrs.get("zarr_link", []) or []) + list(g.attrs.get("_LINKS", []) or []) + list(kept):
             if entry.get("source", ".") == "." and entry.get("path"):
                 out[posixpath.join(path, entry["name"])] = entry["path"]
         for name, sub in g.groups():

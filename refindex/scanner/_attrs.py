@@ -173,11 +173,18 @@ def attributes_of(ctx: ScanContext, obj: Any, path: str, types: dict[str, str] |
                 ctx.tree.skipped.append({"path": path, "attribute": name, "reason": reason})
                 continue
             raise ctx.fail(path, reason) from e
-        out[name] = attr_json(ctx, value)
+        out[name] = empty_as_netcdf(value) if ctx.nc_view and isinstance(value, h5py.Empty) else attr_json(ctx, value)
         lost = lost_type(value) if types is not None else None
         if lost:
             types[name] = lost
     return out
+
+
+def empty_as_netcdf(value: h5py.Empty) -> Any:
+    """An attribute without a value (null dataspace) as netCDF readers hand it over (h5netcdf):
+    one-character text is "", anything else an empty array."""
+    info = h5py.check_string_dtype(value.dtype)
+    return "" if info is not None and info.length == 1 else []
 
 
 def attr_json(ctx: ScanContext, value: Any) -> Any:

@@ -46,6 +46,8 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
     shape = tuple(int(s) for s in d.shape) + plan.extra_shape
     node = ArrayNode(path, shape, shape, plan.dtype, None, attrs=attrs, kind=plan.kind,
                      scalar=(d.shape == ()), object_id=oid, attr_types=types)
+    text = h5py.check_string_dtype(dt)
+    node.charset = text.encoding if text is not None else None
     node.attrs["_ARRAY_DIMENSIONS"] = dims_of(ctx, d, path, len(plan.extra_shape))
 
     if d.is_virtual:

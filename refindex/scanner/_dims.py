@@ -7,6 +7,7 @@ import posixpath
 import h5py
 import numpy as np
 
+from ..model import NcMember
 from ._context import ScanContext
 
 
@@ -76,3 +77,71 @@ def phony_dim(ctx: ScanContext, path: str, size: int, used: list[str]) -> str:
     name = f"phony_dim_{len(dims)}"
     dims.append((name, size))
     return name
+
+
+# ---------------------------------------------------------------- netCDF's view (h5netcdf's reads)
+
+NOT_A_VARIABLE = b"This is a netCDF dimension but not a netCDF variable"
+
+
+def nc_members(ctx: ScanContext, g: h5py.Group, opened: dict[str, h5py.Dataset]) -> list[NcMember] | None:
+    """The dataset members of group ``g`` in the order h5py lists them, with what h5netcdf reads of
+    each to name dimensions (None where libhdf5 cannot say: the plain convention keeps the scan's names).
+    ``opened``: members the walk has open already."""
+    out = []
+    try:
+        for name in g.keys():  # h5py's order (names, or creation order where the group tracks it)
+            if not isinstance(name, str) or (name not in opened and not _is_dataset(g, name)):
+                continue
+            out.append(nc_member(ctx, name, opened[name] if name in opened else g[name]))
+    except Exception:  # noqa: BLE001 - a member h5netcdf could not open either
+        return None
+    return out
+
+
+def _is_dataset(g: h5py.Group, name: str) -> bool:
+    try:
+        info = g.id.links.get_info(name.encode("utf-8"))
+        if info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
+            return False  # external and user-defined links: not part of the index's plain view
+        return h5py.h5g.get_objinfo(g.id, name.encode("utf-8")).type == h5py.h5g.DATASET
+    except Exception:  # noqa: BLE001 - dangling
+        return False
+
+
+def nc_member(ctx: ScanContext, name: str, d: h5py.Dataset) -> NcMember:
+    """h5netcdf's reads of one dataset: its CLASS and NAME, netCDF-4's ids, the scales on each axis."""
+    attrs = d.attrs
+    present = set(attrs.keys())
+    m = NcMember(name, None if d.shape is None else tuple(int(s) for s in d.shape))
+    if "CLASS" in present:
+        m.scale = bool(np.all(attrs["CLASS"] == b"DIMENSION_SCALE"))
+    if "NAME" in present:
+        value = attrs["NAME"]
+        m.dimension_only = NOT_A_VARIABLE in (value.encode() if isinstance(value, str) else bytes(value))
+    if "_Netcdf4Dimid" in present:
+        m.dimid = int(np.asarray(attrs["_Netcdf4Dimid"]).reshape(-1)[0])
+    if "_Netcdf4Coordinates" in present:
+        m.coordinates = [int(i) for i in np.asarray(attrs["_Netcdf4Coordinates"]).reshape(-1)]
+    if "DIMENSION_LIST" in present:
+        m.scales = [[basename(libhdf5_name(ctx, ctx.f[ref])) for ref in axis] for axis in attrs["DIMENSION_LIST"]]
+    if m.scale and m.shape:
+        m.size = m.shape[0]
+        m.unlimited = d.maxshape == (None,)
+        if m.unlimited and "REFERENCE_LIST" in present:  # h5netcdf: the longest axis of the datasets using it
+            for ref, axis in attrs["REFERENCE_LIST"]:
+                m.size = max(m.size, int(ctx.f[ref].shape[int(axis)]))
+    return m
+
+
+def libhdf5_name(ctx: ScanContext, obj: h5py.HLObject) -> str:
+    """The path libhdf5 gives an object opened by reference (h5py's ``.name``, what h5netcdf names
+    scales by): its one path when it has one hard link; else libhdf5's search of the file (a
+    walk of the whole hierarchy: done once per object)."""
+    st = h5py.h5g.get_objinfo(obj.id)
+    key = (st.fileno, st.objno)
+    if st.nlink == 1 and key in ctx.canonical:
+        return ctx.canonical[key]
+    if key not in ctx.ref_names:
+        ctx.ref_names[key] = obj.name or ""
+    return ctx.ref_names[key]

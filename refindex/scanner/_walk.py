@@ -11,11 +11,12 @@ import h5py
 from ..codecs import jsonable
 from ..compare import object_key
 from ..errors import RefindexError, UnsupportedError
-from ..model import GroupNode, LinkNode, Tree, join
+from ..model import GroupNode, LinkNode, Tree, is_hdmf_root, join
 from ..safety import resolve_inside
 from ._attrs import attributes_of, object_id_of
 from ._context import ScanContext
 from ._dataset import build_array
+from ._dims import nc_members
 from ._inline import defer_small, read_deferred
 from ._split import split_worthwhile, walk_split
 
@@ -32,6 +33,7 @@ def scan_file(ctx: ScanContext) -> Tree:
     """
     t0 = time.perf_counter()
     ctx.tree.root_object_id = object_id_of(ctx.f)
+    ctx.nc_view = ctx.opts.convention == "plain" or (ctx.opts.convention == "auto" and not is_hdmf_root(ctx.f.attrs))
     # a name with a backslash is refused (or skipped) by its parent's visit, with all below it
     groups = [p for p in index_objects(ctx) if "\\" not in p]
     if not (split_worthwhile(ctx, groups) and walk_split(ctx, groups, visit_path)):
@@ -138,6 +140,7 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
     attrs = attributes_of(ctx, g, path, types)
     oid = attrs.get("object_id")  # read with the others: opening it again costs as much
     ctx.tree.groups[path] = GroupNode(path, attrs, oid if isinstance(oid, str) else object_id_of(g), types)
+    opened: dict[str, h5py.Dataset] = {}  # datasets met here, for netCDF's view
     for name in children(ctx, g, path):
         child = join(path, name)
         if "\\" in name:
@@ -161,6 +164,8 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
             ctx.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
             continue
         obj = g[name]
+        if isinstance(obj, h5py.Dataset):
+            opened[name] = obj
         canon = ctx.canonical.get(object_key(obj))
         if canon != child:
             ctx.tree.links.append(LinkNode(name, path, "hard", canon, target_object_id=object_id_of(obj)))
@@ -176,6 +181,8 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
         elif isinstance(obj, h5py.Dataset):
             visit_dataset(ctx, obj, child)
         # Committed datatypes hold no data; they are not part of the zarr view.
+    if ctx.nc_view:
+        ctx.tree.groups[path].nc_members = nc_members(ctx, g, opened)
 
 
 def netcdf_dimension_only(d: h5py.Dataset) -> bool:

@@ -39,3 +39,34 @@ def write_one_byte_chunks(path: str | os.PathLike, rows: int, cols: int, name: s
         for r, c in zip(rng.integers(0, rows, 200).tolist(), rng.integers(0, cols, 200).tolist()):
             if d.id.get_chunk_info_by_coord((r, c)).byte_offset != first + r * cols + c or d[r, c] != values[r, c]:
                 raise RuntimeError(f"{path}: chunks were not allocated as one run in chunk order")
+
+
+def write_fill_values(path: str | os.PathLike) -> None:
+    """Datasets whose chunks were never (all) written, with fill values other than zero, with and
+    without netCDF's ``_FillValue``/``missing_value`` attributes: what a reader of never-written
+    chunks must read as HDF5's fill value while xarray masks only what the attributes say."""
+    grid = np.arange(16, dtype="i4").reshape(4, 4)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("sparse_i4", shape=(4, 4), chunks=(2, 2), dtype="i4", fillvalue=-7)
+        d[:2, :2] = grid[:2, :2]  # three chunks never written; no _FillValue: nothing masked
+        d = f.create_dataset("sparse_gzip", shape=(5, 4), chunks=(2, 2), dtype="<f4", fillvalue=2.5,
+                             compression="gzip", shuffle=True)
+        d[2:4, 0:2] = [[0, 1], [2.5, 3]]  # an element equal to the fill value, and zeros
+        d = f.create_dataset("netcdf_style", shape=(4, 4), chunks=(2, 2), dtype="<f8", fillvalue=-999.0)
+        d.attrs["_FillValue"] = np.array([-999.0])  # netCDF: the attribute says what HDF5's fill is
+        d[0, :] = [1, -999, 0, 3]
+        d = f.create_dataset("attribute_differs", shape=(4,), chunks=(2,), dtype="<i2", fillvalue=0)
+        d.attrs["_FillValue"] = np.int16(5)  # masks 5; never-written chunks still read HDF5's 0
+        d[:2] = [5, 6]
+        d = f.create_dataset("missing_value", shape=(6,), chunks=(2,), dtype="<i8", fillvalue=-1)
+        d.attrs["missing_value"] = np.array([4], "i8")
+        d[:2] = [4, 0]
+        f.create_dataset("never_written", shape=(3, 4), dtype="<u2", fillvalue=65535)  # no storage at all
+        f.create_dataset("never_written_scalar", shape=(), dtype="<f8", fillvalue=7.5)
+        d = f.create_dataset("text", shape=(6,), chunks=(2,), dtype="S3", fillvalue=b"zz")
+        d[:2] = [b"a", b""]
+        d = f.create_dataset("nan_fill", shape=(4,), chunks=(2,), dtype="<f4", fillvalue=np.nan)
+        d[:2] = [0, 1]
+        d = f.create_dataset("unlimited", shape=(5,), maxshape=(None,), chunks=(4,), dtype="<i4", fillvalue=-3)
+        d[:5] = np.arange(5)
+        f.create_dataset("many_unwritten", shape=(200,), chunks=(1,), dtype="<i1", fillvalue=-1)[7] = 1

@@ -20,6 +20,7 @@ from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, 
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from ..errors import RefindexError
+from ..model import ChunkTable
 from ..writers.v3 import V3Array
 from .scan import Scan, as_uri
 
@@ -106,6 +107,33 @@ def chunk_manifest(doc: dict[str, Any], chunks: V3Array, file_uri: str, *, path:
                                      validate_paths=False)
 
 
+def trimmed(doc: dict[str, Any], chunks: V3Array) -> tuple[dict[str, Any], V3Array]:
+    """An array whose chunk is longer than the array along an extendible axis, with its chunk cut to
+    the array where the cut part is a prefix of the stored bytes (no codec but ``bytes``, the axes
+    before the cut one of chunk length 1, those after it whole), as VirtualiZarr's own HDF parser
+    does: a virtual dataset of such chunks concatenates with others along that axis (a netCDF
+    record dimension).  Anything else is returned unchanged (it reads right, uncut).
+    """
+    shape = [int(s) for s in doc["shape"]]
+    chunk = [int(c) for c in doc["chunk_grid"]["configuration"]["chunk_shape"]]
+    cut = [min(c, max(s, 1)) for c, s in zip(chunk, shape)]
+    if cut == chunk or [c["name"] for c in doc["codecs"]] != ["bytes"]:
+        return doc, chunks
+    axis = next(i for i, (a, b) in enumerate(zip(cut, chunk)) if a < b)
+    if any(c != 1 for c in chunk[:axis]) or cut[axis + 1:] != chunk[axis + 1:]:
+        return doc, chunks
+    itemsize = ArrayV3Metadata.from_dict(doc).dtype.to_native_dtype().itemsize
+    nbytes = int(np.prod(cut, dtype=np.int64)) * itemsize
+    new = dict(doc, chunk_grid={"name": "regular", "configuration": {"chunk_shape": cut}})
+    table = chunks.refs
+    if table is not None and len(table):
+        if (table.sizes < nbytes).any():  # a stored chunk shorter than its prefix: not the layout assumed
+            return doc, chunks
+        table = ChunkTable(table.coords, table.offsets, np.full(len(table), nbytes, np.uint64), table.url,
+                           table.urls, table.url_index)
+    return new, V3Array(table, {k: bytes(v[:nbytes]) for k, v in chunks.inline.items()})
+
+
 def manifest_group(scan: Scan, group: str | None = None, drop_variables: Iterable[str] = ()) -> ManifestGroup:
     """The hierarchy as nested ``ManifestGroup``s, rooted at ``group`` ("/a/b"; None: the file's root).
 
@@ -131,7 +159,8 @@ def manifest_group(scan: Scan, group: str | None = None, drop_variables: Iterabl
             if doc["node_type"] == "group":
                 groups[name] = build(child)
             elif not (key == root and name in dropped):
-                manifest = chunk_manifest(doc, scan.hierarchy.arrays[child], file_uri, path="/" + child)
+                doc, stored = trimmed(doc, scan.hierarchy.arrays[child])
+                manifest = chunk_manifest(doc, stored, file_uri, path="/" + child)
                 arrays[name] = ManifestArray(ArrayV3Metadata.from_dict(doc), manifest)
         return RefindexManifestGroup(arrays=arrays, groups=groups, attributes=dict(docs[key]["attributes"]))
 

@@ -1,0 +1,265 @@
+"""What a netCDF user sees: xarray with default decoding over an HDF5 file (h5netcdf) and over its index.
+
+``differences(want, got)`` lists everything that differs between two ``xarray.Dataset``s
+as a user meets it: dimensions and their sizes, which variables are coordinates and which
+data, each variable's dimensions, dtype, attributes, missing-value mask (NaN / NaT
+positions) and values, and the dataset's attributes.  Nothing is compared with
+``decode_cf=False``: masks, scaling, time decoding and ``coordinates`` handling are what
+users get, so they are what is compared.
+
+One difference is accepted (issue 21): JSON has no float32, so a variable packed with a
+float32 ``scale_factor``/``add_offset`` decodes as float64 from any zarr store; its values
+equal h5netcdf's once cast to float32, or with an ``add_offset`` differ by one float32 unit in
+the last place (xarray's float32 arithmetic over the file rounds twice, float64 once).  Attribute numbers are compared by value in
+h5netcdf's type (JSON holds no numpy widths); a scalar must stay a scalar and an array an
+array of the same length, text must stay text.
+
+``h5netcdf_groups(path)`` names the groups h5netcdf itself opens; ``open_file`` and
+``open_reference`` open one group of a file, or of an index through the kerchunk route
+(``"reference://"``, ``engine="zarr"``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+WHOLE = 1 << 22  # variables of more elements are compared on a leading and a trailing block
+EDGE = 256
+
+
+def quiet() -> warnings.catch_warnings:
+    """xarray and zarr warn about things both sides share (e.g. a variable's name equal to a dimension's)."""
+    w = warnings.catch_warnings()
+    w.__enter__()
+    warnings.simplefilter("ignore")
+    return w
+
+
+def open_file(path: Any, group: str | None = None) -> Any:
+    import xarray as xr
+
+    return xr.open_dataset(path, engine="h5netcdf", group=group)
+
+
+def open_reference(refs: Any, group: str | None = None, **storage: Any) -> Any:
+    """xarray over an index (a dict or a path) as the kerchunk recipe opens it, default decoding."""
+    import xarray as xr
+
+    return xr.open_dataset("reference://", engine="zarr", group=group,
+                           backend_kwargs={"storage_options": {"fo": refs, **storage}})
+
+
+def h5netcdf_groups(path: Any) -> list[str]:
+    """"/" and every group below it, as h5netcdf walks them (groups it cannot open are left out)."""
+    import h5netcdf
+
+    out: list[str] = []
+
+    def walk(g: Any, name: str) -> None:
+        out.append(name)
+        for child in g.groups:
+            try:
+                walk(g.groups[child], name.rstrip("/") + "/" + child)
+            except Exception:  # noqa: BLE001 - a group h5netcdf cannot open is not compared
+                pass
+
+    with h5netcdf.File(path, "r") as f:
+        walk(f, "/")
+    return out
+
+
+# ---------------------------------------------------------------- the comparison
+
+
+def differences(want: Any, got: Any, where: str = "") -> list[str]:
+    """Every difference a user of ``got`` would meet, compared with ``want`` (empty: identical)."""
+    out: list[str] = []
+    at = f"{where}: " if where else ""
+    if dict(want.sizes) != dict(got.sizes):
+        out.append(f"{at}dimensions {dict(got.sizes)} != {dict(want.sizes)}")
+    for kind, a, b in (("coordinates", want.coords, got.coords), ("data variables", want.data_vars, got.data_vars)):
+        if set(a) != set(b):
+            out.append(f"{at}{kind}: missing {sorted(set(a) - set(b))}, extra {sorted(set(b) - set(a))}")
+    out += attr_differences(want.attrs, got.attrs, f"{at}dataset attributes")
+    for name in want.variables:
+        if name in got.variables:
+            out += variable_differences(want.variables[name], got.variables[name], f"{at}{name}")
+    return out
+
+
+def variable_differences(w: Any, g: Any, name: str) -> list[str]:
+    out: list[str] = []
+    if w.dims != g.dims:
+        out.append(f"{name}: dims {g.dims} != {w.dims}")
+    out += attr_differences(w.attrs, g.attrs, f"{name} attributes")
+    accepted = float32_packed(w) and w.dtype == np.float32 and g.dtype == np.float64
+    if w.dtype != g.dtype and not accepted and not same_text_dtype(w.dtype, g.dtype):
+        out.append(f"{name}: dtype {g.dtype} != {w.dtype}")
+    if w.shape != g.shape:
+        out.append(f"{name}: shape {g.shape} != {w.shape}")
+        return out
+    try:
+        wv = values_of(w)
+    except Exception:  # noqa: BLE001 - xarray over the file cannot decode it either: nothing to compare
+        return out
+    try:
+        gv = values_of(g)
+    except Exception as e:  # noqa: BLE001
+        return out + [f"{name}: values cannot be read: {type(e).__name__}: {e}"]
+    for part, (a, b) in enumerate(zip(wv, gv)):
+        why = float32_difference(a, b) if accepted else value_difference(a, b)
+        if why:
+            out.append(f"{name}: {why}" + (" (in the trailing block)" if part else ""))
+    return out
+
+
+def float32_difference(a: np.ndarray, b: np.ndarray) -> str | None:
+    """Float64 values ``b`` decoded from float32 packing against h5netcdf's float32 ``a``: the same mask,
+    and once cast to float32 the same values, or one unit in the last place apart (with an
+    ``add_offset``, float32 arithmetic rounds twice where float64 arithmetic rounds once)."""
+    b32 = b.astype(np.float32)
+    why = value_difference(np.isnan(a), np.isnan(b32)) if a.shape == b32.shape else f"shape {b.shape} != {a.shape}"
+    if why:
+        return f"mask: {why}"
+    ok = ~np.isnan(a)
+    ulps = np.abs(a[ok].view(np.int32).astype(np.int64) - b32[ok].view(np.int32).astype(np.int64))
+    worst = int(ulps.max(initial=0))
+    return None if worst <= 1 else f"packed values differ by up to {worst} float32 ulps"
+
+
+def float32_packed(v: Any) -> bool:
+    """Decoded from float32 ``scale_factor``/``add_offset`` (the one accepted dtype difference)."""
+    enc = v.encoding
+    return any(isinstance(enc.get(k), (np.floating, np.ndarray)) and np.asarray(enc[k]).dtype == np.float32
+               for k in ("scale_factor", "add_offset"))
+
+
+def same_text_dtype(a: np.dtype, b: np.dtype) -> bool:
+    """Variable-length text reads as object (h5netcdf) or numpy's StringDType (zarr 3): both are str to a user."""
+    return {a.kind, b.kind} <= {"O", "T"}
+
+
+def values_of(v: Any) -> list[np.ndarray]:
+    """The decoded values (whole, or a leading and a trailing block of a huge variable)."""
+    if v.size <= WHOLE or not v.ndim:
+        return [np.asarray(v.values)]
+    head = {d: slice(0, min(n, EDGE)) for d, n in zip(v.dims, v.shape)}
+    tail = {d: slice(max(0, n - EDGE), n) for d, n in zip(v.dims, v.shape)}
+    return [np.asarray(v[head].values), np.asarray(v[tail].values)]
+
+
+def value_difference(a: np.ndarray, b: np.ndarray) -> str | None:
+    """Why ``b`` shows other values than ``a`` (masks included), or None."""
+    if a.shape != b.shape:
+        return f"shape {b.shape} != {a.shape}"
+    if a.dtype.names is not None or b.dtype.names is not None:
+        if a.dtype.names != b.dtype.names:
+            return f"fields {b.dtype.names} != {a.dtype.names}"
+        for f in a.dtype.names:
+            why = value_difference(a[f], b[f])
+            if why:
+                return f"field {f!r}: {why}"
+        return None
+    if a.dtype.kind in "OTSU" or b.dtype.kind in "OTSU":
+        left, right = [text_item(x) for x in a.ravel()], [text_item(x) for x in b.ravel()]
+        if left != right:
+            first = next(i for i, (x, y) in enumerate(zip(left, right)) if x != y)
+            return f"values differ first at flat index {first}: {right[first]!r} != {left[first]!r}"
+        return None
+    if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+        ma, mb = np.isnan(a) if a.dtype.kind in "fc" else np.zeros(a.shape, bool), (
+            np.isnan(b) if b.dtype.kind in "fc" else np.zeros(b.shape, bool))
+        if not np.array_equal(ma, mb):
+            return f"mask differs: {int(mb.sum())} missing values where the file has {int(ma.sum())}"
+    if a.dtype.kind in "mM" and b.dtype.kind in "mM":
+        if not np.array_equal(np.isnat(a), np.isnat(b)):
+            return "NaT positions differ"
+    with np.errstate(invalid="ignore"):
+        equal = np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
+    if not equal:
+        bad = np.argwhere(~((a == b) | (_nan(a) & _nan(b))))
+        first = tuple(int(i) for i in bad[0]) if len(bad) else ()
+        return f"values differ at {len(bad)} positions, first {first}: {b[first]!r} != {a[first]!r}"
+    return None
+
+
+def _nan(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "fc":
+        return np.isnan(x)
+    if x.dtype.kind in "mM":
+        return np.isnat(x)
+    return np.zeros(x.shape, bool)
+
+
+def text_item(x: Any) -> Any:
+    """An element of a text array as a user meets it: str stays str, bytes stay bytes (NaN stays missing)."""
+    if isinstance(x, (bytes, np.bytes_)):
+        return ("bytes", bytes(x))
+    if isinstance(x, (str, np.str_)):
+        return ("str", str(x))
+    if isinstance(x, float) and np.isnan(x):
+        return ("missing", None)
+    return (type(x).__name__, x)
+
+
+# ---------------------------------------------------------------- attributes
+
+
+def attr_differences(want: dict[str, Any], got: dict[str, Any], where: str) -> list[str]:
+    out: list[str] = []
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    if missing or extra:
+        out.append(f"{where}: missing {missing}, extra {extra}")
+    for k in sorted(set(want) & set(got)):
+        why = attr_value_difference(want[k], got[k])
+        if why:
+            out.append(f"{where}[{k!r}]: {why}")
+    return out
+
+
+def attr_value_difference(w: Any, g: Any) -> str | None:
+    """Why attribute value ``g`` is not what a user gets as ``w`` from h5netcdf, or None."""
+    wa, ga = _attr_form(w), _attr_form(g)
+    if wa[0] != ga[0]:
+        return f"{wa[0]} {w!r} shown as {ga[0]} {g!r}"
+    kind, wv = wa
+    gv = ga[1]
+    if kind in ("text", "bytes", "none"):
+        return None if wv == gv else f"{g!r} != {w!r}"
+    a, b = wv, gv
+    if a.shape != b.shape:
+        return f"shape {b.shape} != {a.shape}: {g!r} != {w!r}"
+    if not a.size:
+        return None  # no values: JSON states no type for them
+    if a.dtype.kind in "OSU" or b.dtype.kind in "OSU":
+        return None if [text_item(x) for x in a.ravel()] == [text_item(x) for x in b.ravel()] else f"{g!r} != {w!r}"
+    if a.dtype.kind != b.dtype.kind and not (a.dtype.kind in "iu" and b.dtype.kind in "iu"):
+        return f"{b.dtype.kind}-kind {g!r} != {a.dtype.kind}-kind {w!r}"
+    try:
+        cast = b.astype(a.dtype) if a.dtype.names is None else b
+    except (TypeError, ValueError):
+        return f"{g!r} != {w!r}"
+    with np.errstate(invalid="ignore"):
+        same = np.array_equal(a, cast, equal_nan=a.dtype.kind in "fc")
+    return None if same else f"{g!r} != {w!r}"
+
+
+def _attr_form(v: Any) -> tuple[str, Any]:
+    """(what a user sees it as, a comparable value): text, bytes, none, scalar or array (an ndarray)."""
+    if v is None:
+        return "none", None
+    if isinstance(v, (str, np.str_)):
+        return "text", str(v)
+    if isinstance(v, (bytes, np.bytes_)):
+        return "bytes", bytes(v)
+    if isinstance(v, dict):
+        return "mapping", np.asarray([repr(sorted(v.items()))])
+    if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim):
+        arr = np.asarray(v)
+        if arr.dtype.kind == "O" and all(isinstance(x, (bytes, np.bytes_)) for x in arr.ravel()):
+            arr = arr.astype(bytes)
+        return "array", arr
+    return "scalar", np.asarray(v)
