@@ -129,6 +129,33 @@ class GroupNode:
 
 
 @dataclass
+class Pages:
+    """Bytes of the scanned file an index carries, so that libhdf5 can open the file from the index
+    (the h5py road): the metadata a scan read, in whole pages of ``page_size`` bytes.
+
+    ``starts``/``ends`` (int64, sorted, disjoint) are the spans carried and ``data`` their bytes
+    one after another.  ``index_ranges``: chunk indexes too large to carry, by dataset path:
+    the spans their nodes lie in (no bytes), so a reader can fetch a whole index at once
+    when a read first needs it instead of one node per round trip.  ``extents``: for each
+    array whose chunks lie in the scanned file, the first and last byte its chunks span, so a
+    reader finds which array a data read belongs to without reading every chunk table.
+    """
+
+    page_size: int
+    file_size: int
+    starts: np.ndarray
+    ends: np.ndarray
+    data: bytes
+    index_ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    extents: dict[str, tuple[int, int]] = field(default_factory=dict)
+    encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+@dataclass
 class Tree:
     """Everything found in one file, keyed by HDF5 path."""
 
@@ -139,6 +166,7 @@ class Tree:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"path", "reason"}
     root_object_id: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    pages: Pages | None = None  # the file's metadata, for libhdf5 (see Pages)
 
 
 def join(parent: str, name: str) -> str:

@@ -7,6 +7,7 @@ functions with a context of its own.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
+from ..source import INDEX_PREFIX, ReadRecorder
 
 # (url or None for the scanned file, offsets, sizes) -> the bytes of each range, in few requests
 ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
@@ -52,6 +54,8 @@ class ScanContext:
     dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
     # Small chunks to copy into the index, read together once the walk is done.
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
+    # Notes what the scan reads, for the pages its index carries (None: no pages).
+    recorder: ReadRecorder | None = None
 
     def __post_init__(self) -> None:
         self.label = self.label or self.url
@@ -64,6 +68,17 @@ class ScanContext:
     def read_file(self, url: str | None, start: int, length: int) -> bytes:
         """Bytes of the scanned file (``url`` None or its own URL) or of another file."""
         return self.read_many(None if url in (None, self.url) else url, [start], [length])[0]
+
+    def reading(self, what: str, path: str | None = None) -> AbstractContextManager:
+        """Reads made inside serve ``what`` for the pages of the index: ``"index"`` (a chunk index
+        walk), ``"data"`` (values copied in); ``path`` names the dataset."""
+        if self.recorder is None:
+            return nullcontext()
+        return self.recorder.tagged((INDEX_PREFIX if what == "index" else what + ":") + (path or ""))
+
+    def checking(self) -> AbstractContextManager:
+        """Reads made inside only check values against libhdf5 (they are left out of the pages)."""
+        return self.recorder.paused() if self.recorder is not None else nullcontext()
 
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""
@@ -90,7 +105,7 @@ class ScanContext:
                 return outer(url if u is None else u, offsets, sizes)
 
         return ScanContext(f, url, file_size, replace(self.opts, check_sample=False), read_many, self.fs_for,
-                           label=url, progress=self.progress)
+                           label=url, progress=self.progress, recorder=self.recorder if f is self.f else None)
 
 
 def fill_value_of(d: h5py.Dataset, nd: Any) -> Any:

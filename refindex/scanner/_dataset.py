@@ -68,7 +68,8 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
     if layout == h5py.h5d.COMPACT:
         node.chunks = tuple(max(1, s) for s in shape)
         if d.size:
-            data = np.ascontiguousarray(d[()])
+            with ctx.reading("data", path):
+                data = np.ascontiguousarray(d[()])
             node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
         return node
     strpad = string_padding(dsid.get_type())
@@ -92,7 +93,8 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
     up to ``STRINGS_INLINE_MAX`` (``inline_max`` when ``portable``), beyond which the codec
     does what libhdf5 does."""
     limit = ctx.opts.inline_max if ctx.opts.portable else min(STRINGS_INLINE_MAX, ctx.opts.inline_max)
-    clean = stored_strings_clean(d, nd, ctx.opts.inline_max)  # None: larger, not read
+    with ctx.checking():
+        clean = stored_strings_clean(d, nd, ctx.opts.inline_max)  # None: larger, not read
     if clean:
         return None, ""
     nbytes = int(np.prod(d.shape or (), dtype=np.int64)) * nd.itemsize

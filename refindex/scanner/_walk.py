@@ -68,6 +68,11 @@ def children(ctx: ScanContext, g: h5py.Group, path: str) -> list[str]:
         names = list(g.keys())
     except Exception as e:
         raise ctx.fail(path, f"cannot list group members: {e}", RefindexError) from e
+    if not names and ctx.recorder is not None:
+        # h5py lists an empty group without reading its local heap; libhdf5's search for the
+        # name of an object opened by reference (h5py's ``.name``) reads every group's: the
+        # pages of the index must hold it too.
+        g.id.links.iterate(lambda name: None)
     odd = [n for n in names if not isinstance(n, str)]  # h5py hands back names that are not UTF-8 as bytes
     if odd:
         raise ctx.fail(path, f"a member name is not UTF-8 text ({bytes(odd[0])!r}): it cannot be a zarr key",
