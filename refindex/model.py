@@ -148,6 +148,8 @@ class Pages:
     data: bytes
     index_ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     extents: dict[str, tuple[int, int]] = field(default_factory=dict)
+    external_links: int = 0  # links into other files (h5py's file-object driver cannot follow them)
+    reads_elsewhere: list[str] = field(default_factory=list)  # virtual datasets with sources in other files
     encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
 
     @property
@@ -167,6 +169,8 @@ class Tree:
     root_object_id: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     pages: Pages | None = None  # the file's metadata, for libhdf5 (see Pages)
+    # Datasets whose values libhdf5 reads from other files (virtual datasets with sources elsewhere).
+    reads_elsewhere: list[str] = field(default_factory=list)
 
 
 def join(parent: str, name: str) -> str:

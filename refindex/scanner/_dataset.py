@@ -106,6 +106,11 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
 
 def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     """References into the source files where the mappings allow it, else inline values."""
+    try:
+        if any(m.file_name != "." for m in d.virtual_sources()):
+            ctx.tree.reads_elsewhere.append(node.path)  # libhdf5 opens other files for its values
+    except Exception:  # noqa: BLE001 - mappings h5py cannot list: the indexing below says why
+        pass
     done, why = virtual_by_reference(ctx, d, node, plan)
     if done is not None:
         return done

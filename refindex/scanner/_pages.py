@@ -88,4 +88,6 @@ def choose_pages(recorder: ReadRecorder, file_size: int, read: ReadSpans, tree: 
     for a, b, d in zip(starts.tolist(), ends.tolist(), datas):
         if len(d) != b - a:
             raise ValueError(f"pages: read {len(d)} of {b - a} bytes at {a}")
-    return Pages(page, file_size, starts, ends, b"".join(datas), left_out, extents(tree))
+    external = sum(1 for link in tree.links if link.kind == "external")
+    return Pages(page, file_size, starts, ends, b"".join(datas), left_out, extents(tree), external,
+                 sorted(tree.reads_elsewhere))

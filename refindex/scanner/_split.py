@@ -134,7 +134,7 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
             visit(ctx, groups[i])
             msg = pickle.dumps((part.groups, part.arrays, part.links, part.skipped,
                                 part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i]),
-                                ctx.recorder.take() if ctx.recorder is not None else None),
+                                ctx.recorder.take() if ctx.recorder is not None else None, part.reads_elsewhere),
                                protocol=pickle.HIGHEST_PROTOCOL)
             _write_all(w, _HEADER.pack(i, counted.done, len(msg)) + msg)
         code = 0
@@ -202,12 +202,13 @@ class _Inbox:
 
 
 def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
-    groups, arrays, links, skipped, omitted, deferred, phony, reads = pickle.loads(payload)
+    groups, arrays, links, skipped, omitted, deferred, phony, reads, elsewhere = pickle.loads(payload)
     tree = ctx.tree
     tree.groups.update(groups)
     tree.arrays.update(arrays)
     tree.links.extend(links)
     tree.skipped.extend(skipped)
+    tree.reads_elsewhere.extend(elsewhere)
     if omitted:
         tree.provenance.setdefault("omitted", []).extend(omitted)
     ctx.deferred.extend(deferred)

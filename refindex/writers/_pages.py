@@ -12,7 +12,9 @@ The document::
      "spans": "<base64 of zlib of int64 start deltas then int64 lengths>",
      "data": "<base64 of zlib of the spans' bytes, one after another>",
      "index_ranges": {"/dataset": "<spans, encoded as above>"},
-     "extents": {"paths": ["/dataset", ...], "spans": "<spans, encoded as above, in that order>"}}
+     "extents": {"paths": ["/dataset", ...], "spans": "<spans, encoded as above, in that order>"},
+     "external_links": number of links into other files,
+     "reads_elsewhere": ["/virtual dataset with sources in other files", ...]}
 
 zlib and base64: any reader decodes it with the standard library.
 """
@@ -59,7 +61,8 @@ def _document(pages: Pages) -> dict[str, Any]:
             "bytes": pages.nbytes, "spans": encode_spans(pages.starts, pages.ends),
             "data": base64.standard_b64encode(zlib.compress(pages.data, LEVEL)).decode("ascii"),
             "index_ranges": {path: encode_spans(*spans) for path, spans in sorted(pages.index_ranges.items())},
-            "extents": _extents_document(pages.extents)}
+            "extents": _extents_document(pages.extents), "external_links": pages.external_links,
+            "reads_elsewhere": list(pages.reads_elsewhere)}
 
 
 def _extents_document(extents: dict[str, tuple[int, int]]) -> dict[str, Any]:
@@ -81,7 +84,8 @@ def pages_of_document(doc: Any, *, file: str | None = None) -> Pages:
         ext = doc.get("extents") or {}
         lo, hi = decode_spans(ext["spans"]) if ext.get("spans") else (np.zeros(0, np.int64),) * 2
         extents = {p: (int(a), int(b)) for p, a, b in zip(ext.get("paths") or [], lo.tolist(), hi.tolist())}
-        return Pages(int(doc["page_size"]), int(doc["file_size"]), starts, ends, data, ranges, extents)
+        return Pages(int(doc["page_size"]), int(doc["file_size"]), starts, ends, data, ranges, extents,
+                     int(doc.get("external_links") or 0), list(doc.get("reads_elsewhere") or []))
     except (KeyError, TypeError, ValueError, AttributeError, zlib.error, base64.binascii.Error) as e:
         raise RefindexError(f"the index's pages are damaged ({e})", file=file) from e
 

@@ -10,8 +10,8 @@ ahead, concurrently (``_file``), found from the index's chunk tables (``_chunks`
 
 from ._chunks import ChunkMap, ChunkRun, json_loader, parquet_loader
 from ._file import IndexedFile, ReadAhead, RoadStats
-from ._open import Road, h5py_file, road_of
+from ._open import Prepared, Road, h5py_file, open_road, prepared
 from ._served import PageMap
 
-__all__ = ["ChunkMap", "ChunkRun", "IndexedFile", "PageMap", "ReadAhead", "Road", "RoadStats", "h5py_file",
-           "json_loader", "parquet_loader", "road_of"]
+__all__ = ["ChunkMap", "ChunkRun", "IndexedFile", "PageMap", "Prepared", "ReadAhead", "Road", "RoadStats", "h5py_file",
+           "json_loader", "open_road", "parquet_loader", "prepared"]

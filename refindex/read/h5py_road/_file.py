@@ -40,6 +40,13 @@ MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
+READS_ELSEWHERE = ("libhdf5 reads these virtual datasets from other files, which h5py's file-object driver cannot "
+                   "open: here they read as fill values (or with no elements, where a mapping is unlimited). "
+                   "refindex.open reads them through the index")
+EXTERNAL_LINKS = ("h5py's file-object driver cannot follow an external link: libhdf5 would look for the target "
+                  "inside this same file (or recurse until it fails). Open the linked file with "
+                  "refindex.h5py_file itself, or read with refindex.open_nwb(..., reader='zarr'), which follows "
+                  "external links through the linked files' indexes")
 
 
 @dataclass
@@ -183,6 +190,11 @@ class IndexedFile(io.RawIOBase):
         self._cache_options = cache or CacheOptions(first_read=0, tail_read=0, whole_file_max=0,
                                                     prefetch_metadata=False)
         self._lock = threading.Lock()
+        # libhdf5 asks for the end of the file (seek to the end) only while it opens a file; once
+        # this one is open, that means an external link is being followed through it (see
+        # EXTERNAL_LINKS): refused, so the link fails loudly instead of resolving into this file.
+        self.refuse_reopen = bool(pages is not None and pages.external_links)
+        self.opened = False
 
     def __repr__(self) -> str:
         return self.name  # libhdf5 names the file after it: a local file's external links resolve beside it
@@ -198,6 +210,8 @@ class IndexedFile(io.RawIOBase):
         return self.pos
 
     def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 2 and self.opened and self.refuse_reopen:
+            raise OSError(EXTERNAL_LINKS)
         self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
         return self.pos
 

@@ -1,21 +1,28 @@
-"""``refindex.h5py_file``: a real, read-only ``h5py.File`` whose metadata comes from an index."""
+"""``refindex.h5py_file``: a real, read-only ``h5py.File`` whose metadata comes from an index.
+
+An index is read once (:func:`prepared`), checked against its source before any page is
+served, and becomes a :class:`Road` (the HDF5 file, its size, the pages, the chunk tables);
+:func:`open_road` gives libhdf5 the file object over it.  ``open_nwb`` shares these steps to
+choose its reader without reading the index twice.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ... import urls
-from ...errors import RefindexError
+from ...errors import RefindexError, RefindexWarning
 from ...model import Pages
 from ...source import RangeFetcher
 from ...writers import pages_of_document
 from .._load import CacheSetting, parquet_metadata
 from .._open import ReadOptions, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
-from ._file import IndexedFile, check_size
+from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
 
 
 @dataclass
@@ -27,6 +34,41 @@ class Road:
     pages: Pages | None
     loader: TableLoader | None
     options: dict[str, Any]  # storage options to reach the file
+
+    @property
+    def external_links(self) -> int:
+        return self.pages.external_links if self.pages is not None else 0
+
+
+@dataclass
+class Prepared:
+    """An index as loaded, before its road is taken: its provenance (where the pages are) and how to go on."""
+
+    prov: dict[str, Any]
+    pages_doc: Any  # the pages' JSON form, or None
+    loader: TableLoader | None
+    options: dict[str, Any]
+    label: str
+    own: str | None
+    check: Callable[[], None]  # the freshness check, run before any page is served
+    loaded: Any = None  # the index as read_options' reader has it (zarr road)
+    read_options: ReadOptions | None = None
+    icechunk: Any = None
+
+    @property
+    def external_links(self) -> bool:
+        """Does the file link into other files?  (From the pages; an index without them: its links.)"""
+        if isinstance(self.pages_doc, dict) and "external_links" in self.pages_doc:
+            return bool(self.pages_doc["external_links"])
+        if isinstance(self.loaded, dict):
+            from ...model import external_sources
+
+            return bool(external_sources(self.loaded))
+        return False
+
+    def road(self) -> Road:
+        self.check()
+        return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own)
 
 
 def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
@@ -49,12 +91,18 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     ``remote_options`` the file an index describes (default: ``storage_options``); the
     other keywords are those of :func:`refindex.open`.  An index without pages (made with
     ``pages=False`` or by another tool) still works: every metadata read is then a request.
+    External links cannot be followed through h5py's file-object driver: a file that has
+    some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
+    return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
+                              check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                              group=group, branch=branch, snapshot=snapshot).road())
+
+
+def open_road(road: Road) -> Any:
+    """The ``h5py.File`` over ``road`` (``f.refindex_file``: the file object, with its ``stats``)."""
     import h5py
 
-    road = road_of(target, storage_options=storage_options, remote_options=remote_options,
-                   check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust, group=group,
-                   branch=branch, snapshot=snapshot)
     fetcher = RangeFetcher(road.url, road.options)
     chunks = ChunkMap(road.pages.extents if road.pages is not None else {}, road.loader)
     fh = IndexedFile(road.url, road.size, road.pages, fetcher, chunks)
@@ -63,15 +111,25 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     except OSError as e:
         fh.close()
         raise RefindexError(f"h5py cannot open it through the index: {e}", file=road.url) from e
+    f.refindex_file = fh
+    fh.opened = True
+    if road.external_links:
+        warnings.warn(f"{road.url} has {road.external_links} external link(s): {EXTERNAL_LINKS}", RefindexWarning,
+                      stacklevel=3)
+    elsewhere = road.pages.reads_elsewhere if road.pages is not None else []
+    if elsewhere:
+        warnings.warn(f"{road.url}: {', '.join(elsewhere[:5])}{' ...' if len(elsewhere) > 5 else ''}: "
+                      f"{READS_ELSEWHERE}", RefindexWarning, stacklevel=3)
     return f
 
 
-def road_of(target: Any, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
-            check_source: bool, cache: CacheSetting, allowed_urls: Sequence[str] | None, trust: bool,
-            group: str | None, branch: str | None, snapshot: str | None) -> Road:
-    """The index of ``target``, checked against its source (before any page is served), as a :class:`Road`."""
+def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
+             check_source: bool, cache: CacheSetting, allowed_urls: Sequence[str] | None, trust: bool,
+             group: str | None, branch: str | None, snapshot: str | None) -> Prepared:
+    """The index of ``target`` read once (the HDF5 file scanned or found in the cache first); its
+    freshness check runs when the road is taken (:meth:`Prepared.road`)."""
     ic = opened_icechunk(target, storage_options=storage_options, remote_options=remote_options, group=group,
-                         branch=branch, snapshot=snapshot, check_source=check_source)
+                         branch=branch, snapshot=snapshot, check_source=check_source)  # checked here
     if ic is not None:
         from ...writers.icechunk import read_pages
 
@@ -79,25 +137,28 @@ def road_of(target: Any, *, storage_options: dict[str, Any] | None, remote_optio
         named = record.get("pages")
         doc = read_pages(ic.repository, ic.storage_options, named) if named else None
         so = ic.source_options if ic.source_options is not None else (ic.storage_options or {})
-        return _road(record, doc, None, so, ic.label)
-    loaded, opts, check = prepare_unchecked(target, ReadOptions.of(
-        storage_options=storage_options, remote_options=remote_options, check_source=check_source, cache=cache,
-        allowed_urls=allowed_urls, trust=trust))
+        return Prepared(record, doc, None, so, ic.label, None, lambda: None, icechunk=ic)
+    opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
+                          cache=cache, allowed_urls=allowed_urls, trust=trust)
+    loaded, opts, check = prepare_unchecked(target, opts)
     so = dict(opts.remote_options if opts.remote_options is not None else opts.storage_options or {})
+    label = "index" if isinstance(target, dict) else os.fspath(target)
     if isinstance(loaded, dict):
-        check()
         prov = loaded.get("refindex") or {}
         own = (loaded.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
-        return _road(prov, prov.get("pages"), json_loader(loaded, own) if own else None, so,
-                     os.fspath(target) if not isinstance(target, dict) else "index", own)
+        return Prepared(prov, prov.get("pages"), json_loader(loaded, own) if own else None, so, label, own, check,
+                        loaded, opts)
     prov = parquet_metadata(loaded, opts.storage_options).get("refindex") or {}
-    if check_source:
-        from .._provenance import check_source as fresh  # refindex.read.check_source: every reader's check
 
-        fresh({"refindex": prov}, storage_options=opts.remote_options)
+    def fresh() -> None:  # a parquet index keeps its provenance in .zmetadata
+        if check_source:
+            from .._provenance import check_source as check_against  # refindex.read.check_source
+
+            check_against({"refindex": prov}, storage_options=opts.remote_options)
+
     own = (prov.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
-    return _road(prov, prov.get("pages"), parquet_loader(loaded, opts.storage_options, own) if own else None, so,
-                 os.fspath(loaded), own)
+    return Prepared(prov, prov.get("pages"), parquet_loader(loaded, opts.storage_options, own) if own else None, so,
+                    os.fspath(loaded), own, fresh, loaded, opts)
 
 
 def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: dict[str, Any], label: str,
