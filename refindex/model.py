@@ -150,6 +150,11 @@ class Pages:
     extents: dict[str, tuple[int, int]] = field(default_factory=dict)
     external_links: int = 0  # links into other files (h5py's file-object driver cannot follow them)
     reads_elsewhere: list[str] = field(default_factory=list)  # virtual datasets with sources in other files
+    # Byte ranges of ``data`` equal to an array's inline chunk (item -1) or to an item of one: (start,
+    # end, path, chunk key, item).  A JSON index leaves them out and its reader takes them from the
+    # inline chunk (small datasets copied in; the global heap objects holding an NWB file's cached
+    # specifications, which the index copies in too).
+    holes: list[tuple[int, int, str, str, int]] = field(default_factory=list)
     encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
 
     @property
@@ -171,6 +176,9 @@ class Tree:
     pages: Pages | None = None  # the file's metadata, for libhdf5 (see Pages)
     # Datasets whose values libhdf5 reads from other files (virtual datasets with sources elsewhere).
     reads_elsewhere: list[str] = field(default_factory=list)
+    # Where chunks copied in whole came from: (offset in the file, size, array path, chunk key); compact
+    # datasets' data lies in their object header: (the header's address, -1, path, chunk key).
+    copied: list[tuple[int, int, str, str]] = field(default_factory=list)
 
 
 def join(parent: str, name: str) -> str:

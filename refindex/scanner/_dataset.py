@@ -71,6 +71,7 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
             with ctx.reading("data", path):
                 data = np.ascontiguousarray(d[()])
             node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
+            ctx.tree.copied.append((h5py.h5g.get_objinfo(dsid).objno[0], -1, path, chunk_key((0,) * len(shape))))
         return node
     strpad = string_padding(dsid.get_type())
     if strpad:

@@ -140,6 +140,8 @@ def read_deferred(ctx: ScanContext) -> None:
     for url, items in wanted.items():
         with ctx.reading("data"):  # small values, each below inline_dataset_threshold: all in the pages
             datas = ctx.read_many(url, [o for _, _, o, _ in items], [n for _, _, _, n in items])
-        for (node, key, _, _), data in zip(items, datas):
+        for (node, key, off, size), data in zip(items, datas):
             node.inline[key] = data
+            if url is None:
+                ctx.tree.copied.append((off, size, node.path, key))
     ctx.deferred.clear()

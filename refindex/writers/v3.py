@@ -313,13 +313,14 @@ def hierarchy(tree: Tree) -> Hierarchy:
     return Hierarchy(documents(tree), arrays)
 
 
-def provenance(tree: Tree) -> dict[str, Any]:
-    """The index's ``refindex`` section: the Tree's provenance, the format, what was skipped."""
+def provenance(tree: Tree, *, holes: bool = False) -> dict[str, Any]:
+    """The index's ``refindex`` section: the Tree's provenance, the format, what was skipped, the pages
+    (``holes``: for a JSON index, which fills them from its own inline chunks)."""
     prov = dict(tree.provenance)
     prov["zarr_format"] = ZARR_FORMAT
     if tree.skipped:
         prov["skipped"] = tree.skipped
-    return with_pages(prov, tree.pages)
+    return with_pages(prov, tree.pages, tree if holes else None)
 
 
 def head_refs(tree: Tree) -> RefsDocument:
@@ -329,7 +330,8 @@ def head_refs(tree: Tree) -> RefsDocument:
     for key, doc in docs.items():
         if key:
             refs[key + "/zarr.json"] = metadata_json(doc)
-    return {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs, "refindex": provenance(tree)}
+    return {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs,
+            "refindex": provenance(tree, holes=True)}
 
 
 def to_refs(tree: Tree) -> RefsDocument:

@@ -18,6 +18,7 @@ from ... import urls
 from ...errors import RefindexError, RefindexWarning
 from ...model import Pages
 from ...source import RangeFetcher
+from ...model import V3_KEYS, key_of
 from ...writers import pages_of_document
 from .._load import CacheSetting, parquet_metadata
 from .._open import ReadOptions, opened_icechunk, prepare_unchecked
@@ -54,6 +55,7 @@ class Prepared:
     loaded: Any = None  # the index as read_options' reader has it (zarr road)
     read_options: ReadOptions | None = None
     icechunk: Any = None
+    inline: InlineBytes | None = None  # a JSON index's inline chunks: the pages' holes are filled from them
 
     @property
     def external_links(self) -> bool:
@@ -68,7 +70,7 @@ class Prepared:
 
     def road(self) -> Road:
         self.check()
-        return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own)
+        return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own, self.inline)
 
 
 def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
@@ -147,7 +149,7 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
         prov = loaded.get("refindex") or {}
         own = (loaded.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
         return Prepared(prov, prov.get("pages"), json_loader(loaded, own) if own else None, so, label, own, check,
-                        loaded, opts)
+                        loaded, opts, inline=json_inline_items(loaded))
     prov = parquet_metadata(loaded, opts.storage_options).get("refindex") or {}
 
     def fresh() -> None:  # a parquet index keeps its provenance in .zmetadata
@@ -162,18 +164,60 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
 
 
 def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: dict[str, Any], label: str,
-          own: str | None = None) -> Road:
+          own: str | None = None, inline: InlineBytes | None = None) -> Road:
     source = prov.get("source") or {}
     url = own or source.get("url")
     if not url:
         raise RefindexError("the index does not say which HDF5 file it describes (no templates or source)",
                             file=label)
-    pages = pages_of_document(doc, file=label) if doc else None
+    pages = pages_of_document(doc, file=label, inline=inline) if doc else None
     size = source.get("size") if source.get("url") in (None, url) else None
     if size is None:
         size = pages.file_size if pages is not None else _size_of(url, options)
     check_size(url, int(size), pages)
     return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options)
+
+
+InlineBytes = Callable[[str, str, int], "bytes | None"]
+
+
+def json_inline_items(refs: dict[str, Any]) -> InlineBytes:
+    """A JSON index's inline chunks (item -1) and the items of its variable-length ones, by array path,
+    model chunk key and item: what fills the holes of its pages."""
+    import base64
+    import json
+
+    from ...codecs import v2_pipeline, vlen_chunk_items
+
+    body = refs.get("refs") if "version" in refs else refs
+    v3 = "zarr.json" in body
+    decoded: dict[tuple[str, str], list[bytes] | None] = {}
+
+    def chunk(path: str, key: str) -> tuple[bytes | None, Any, Any]:
+        prefix = key_of(path) + "/" if key_of(path) else ""
+        meta = json.loads(body.get(prefix + ("zarr.json" if v3 else ".zarray")) or "null")
+        if not isinstance(meta, dict):
+            return None, None, None
+        if v3:
+            filters, compressor = v2_pipeline(meta.get("codecs") or [])
+            key = V3_KEYS.of_model_key(key, len(meta.get("shape") or ()))
+        else:
+            filters, compressor = meta.get("filters"), meta.get("compressor")
+        value = body.get(prefix + key)
+        if not isinstance(value, str) or not value.startswith("base64:"):
+            return None, None, None
+        return base64.standard_b64decode(value[7:]), filters, compressor
+
+    def inline(path: str, key: str, item: int) -> bytes | None:
+        if item < 0:
+            return chunk(path, key)[0]
+        if (path, key) not in decoded:
+            raw, filters, compressor = chunk(path, key)
+            decoded[path, key] = vlen_chunk_items(raw, filters, compressor) if raw is not None else None
+        items = decoded[path, key]
+        return items[item] if items is not None and item < len(items) else None
+
+    return inline
 
 
 def _size_of(url: str, options: dict[str, Any]) -> int:
