@@ -108,10 +108,21 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
 def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     """References into the source files where the mappings allow it, else inline values."""
     try:
-        if any(m.file_name != "." for m in d.virtual_sources()):
-            ctx.tree.reads_elsewhere.append(node.path)  # libhdf5 opens other files for its values
+        elsewhere = any(m.file_name != "." for m in d.virtual_sources())
     except Exception:  # noqa: BLE001 - mappings h5py cannot list: the indexing below says why
-        pass
+        elsewhere = False
+    if elsewhere:
+        ctx.tree.reads_elsewhere.append(node.path)  # libhdf5 opens other files for its values
+        if not ctx.remote and getattr(ctx.f, "driver", None) == "fileobj":
+            # A local file read through a file object (a scan recording its pages): libhdf5 would
+            # open the sources through that same object and read fill values.  By its path, it
+            # opens them as files of their own.
+            with h5py.File(ctx.label, "r") as by_path:
+                return _virtual(ctx, by_path[node.path], node, plan)
+    return _virtual(ctx, d, node, plan)
+
+
+def _virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     done, why = virtual_by_reference(ctx, d, node, plan)
     if done is not None:
         return done
