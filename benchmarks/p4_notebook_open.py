@@ -8,8 +8,14 @@ runs in a fresh process: imports first (not timed), then ``open`` (to an ``NWBFi
 with the store's request/byte counts of that step.  Readers: pynwb + h5py on the local
 copy (the floor) or over ``remfile`` / an fsspec 8 MiB 'blockcache' file, and refindex's
 ``open_nwb`` with an index made beforehand, on the fly from the HDF5 URL, with its local
-index cache warm, and on the local copy through a local index.  Values (the first chunk's
-sha1, the DataFrames' shapes and columns) are checked against a local pynwb read.
+index cache warm, and on the local copy through a local index; and the h5py road
+(issue #23): unchanged ``NWBHDF5IO(file=refindex.h5py_file(...))`` pre-indexed, on the fly
+and with the index cache warm.  The h5py road's rows (and row d') start the clock after
+``import pynwb, h5py, refindex`` alone: refindex's own lazy imports count as part of the
+open, as a user waits for them.  After the tables, every reader reads the whole
+ElectricalSeries.  Values (the first chunk's and the whole series' sha1, the DataFrames'
+shapes and columns) are checked against a local pynwb read.  A last section measures the
+pages: index size with and without them, and the cost of recording them in a local scan.
 Defaults are small (a couple of minutes); ``--full`` runs the issue's sizes.
 """
 
@@ -31,7 +37,7 @@ from latency_store import LatencyStore, fetch_counts, http_storage_options  # no
 
 MiB = 1 << 20
 TABLES = ("electrodes", "units", "trials")
-STEPS = ("open", "first", *TABLES)
+STEPS = ("open", "first", *TABLES, "whole")
 QUICK = {"samples": 30_000, "frames": 50, "series": 30, "series_samples": 5_000, "units": 100}
 FULL = {"samples": 300_000, "frames": 850, "series": 300, "series_samples": 20_000, "units": 1000}
 _KEEP: list[Any] = []  # IO objects and open files: lazy datasets read through them after open
@@ -69,38 +75,63 @@ def open_fsspec(url: str, so: dict[str, Any], cache: str):
 def open_index(index: str, so: dict[str, Any], cache: str):
     import refindex
 
-    return refindex.open_nwb(index, storage_options=so, remote_options=so)
+    return refindex.open_nwb(index, storage_options=so, remote_options=so, reader="zarr")
 
 
 def open_on_the_fly(url: str, so: dict[str, Any], cache: str):
     import refindex
 
-    return refindex.open_nwb(url, storage_options=so, remote_options=so, cache=False)
+    return refindex.open_nwb(url, storage_options=so, remote_options=so, cache=False, reader="zarr")
 
 
 def open_scanned(url: str, so: dict[str, Any], cache: str):
     """What works before ``open_nwb`` takes HDF5 URLs: scan in memory, then open the refs."""
     import refindex
 
-    return refindex.open_nwb(refindex.scan(url, storage_options=so), remote_options=so)
+    return refindex.open_nwb(refindex.scan(url, storage_options=so), remote_options=so, reader="zarr")
 
 
 def open_cached(url: str, so: dict[str, Any], cache: str):
     import refindex
 
-    return refindex.open_nwb(url, storage_options=so, remote_options=so, cache=cache)
+    return refindex.open_nwb(url, storage_options=so, remote_options=so, cache=cache, reader="zarr")
 
 
 def open_local_index(index: str, so: dict[str, Any], cache: str):
     import refindex
 
-    return refindex.open_nwb(index)
+    return refindex.open_nwb(index, reader="zarr")
+
+
+def open_zarr_road(index: str, so: dict[str, Any], cache: str):
+    import refindex
+
+    return refindex.open_nwb(index, storage_options=so, remote_options=so, reader="zarr")
+
+
+def _h5py_road(target: str, **kw: Any):
+    import refindex
+
+    return _pynwb_read(file=refindex.h5py_file(target, **kw))
+
+
+def open_road_index(index: str, so: dict[str, Any], cache: str):
+    return _h5py_road(index, storage_options=so)
+
+
+def open_road_fly(url: str, so: dict[str, Any], cache: str):
+    return _h5py_road(url, storage_options=so, cache=False)
+
+
+def open_road_cached(url: str, so: dict[str, Any], cache: str):
+    return _h5py_road(url, storage_options=so, cache=cache)
 
 
 H5 = ("h5py", "pynwb")
 HTTP = ("fsspec", "fsspec.implementations.http", "aiohttp")
 RI = ("pynwb", "zarr", "hdmf_zarr.nwb_zarrv2", "fsspec.implementations.reference", "refindex", "refindex.read",
       "refindex.api", "refindex.pipeline", "refindex.codecs.decoders", "refindex.source")
+USER = ("pynwb", "h5py", "refindex")  # what the user writes: the rest of refindex's imports count in the open
 # key -> (row label, modules imported before the clock starts, opener); rows print in this order
 READERS: dict[str, tuple[str, tuple[str, ...], Callable[[str, dict[str, Any], str], Any]]] = {
     "local": ("a. pynwb + h5py, local file (floor)", H5, open_local),
@@ -111,8 +142,13 @@ READERS: dict[str, tuple[str, tuple[str, ...], Callable[[str, dict[str, Any], st
     "scan": ("e'. refindex scan, then open", (*RI, *HTTP), open_scanned),
     "cached": ("f. refindex, index cache warm", (*RI, *HTTP), open_cached),
     "local_index": ("g. refindex, local file through a local index", RI, open_local_index),
+    "zarr_index": ("d'. zarr road (open_nwb reader='zarr'), pre-indexed, imports as h-j", USER, open_zarr_road),
+    "road_index": ("h. h5py road, pre-indexed: NWBHDF5IO(file=h5py_file(index))", USER, open_road_index),
+    "road_fly": ("i. h5py road on the fly (HDF5 URL, cache=False)", USER, open_road_fly),
+    "road_cached": ("j. h5py road, index cache warm", USER, open_road_cached),
 }
-REMOTE = ("remfile", "fsspec", "fly", "scan", "cached")
+REMOTE = ("remfile", "fsspec", "fly", "scan", "cached", "road_fly", "road_cached")
+CACHED = ("cached", "road_cached")  # timed with a cache an earlier process filled
 
 
 # ------------------------------------------------------------------ measurement (child side)
@@ -143,11 +179,12 @@ def child_read(reader: str, target: str, counts_url: str, cache: str = "") -> di
     nwbfile = step("open", lambda: opener(target, so, cache))
     out["digest"] = digest(step("first", lambda: nwbfile.acquisition["ElectricalSeries"].data[0:10000]))
     out["tables"] = {t: _frame_shape(step(t, lambda: getattr(nwbfile, t).to_dataframe())) for t in TABLES}
+    out["whole_digest"] = digest(step("whole", lambda: nwbfile.acquisition["ElectricalSeries"].data[:]))
     out["seconds"] = out["open_s"]
     return out
 
 
-CHILDREN = {"read": child_read}
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {"read": child_read}
 
 
 # ------------------------------------------------------------------ driver (parent side)
@@ -171,7 +208,7 @@ def prepare(path: Path, url: str) -> tuple[Path, Path, Path]:
 def check(r: dict[str, Any], truth: dict[str, Any]) -> dict[str, Any]:
     """Mark a run WRONG when its first chunk or DataFrame shapes differ from the local pynwb read."""
     if r["status"] == "ok" and truth["status"] == "ok":
-        wrong = [k for k in ("digest", "tables") if r.get(k) != truth.get(k)]
+        wrong = [k for k in ("digest", "tables", "whole_digest") if r.get(k) != truth.get(k)]
         if wrong:
             r["status"], r["error"] = "WRONG", f"{' and '.join(wrong)} differ from a local pynwb read"
     return r
@@ -182,21 +219,25 @@ def measure_file(path: Path, store: LatencyStore, timeout: float, repeat: int) -
     me = os.path.abspath(__file__)
     url = store.url(path.name)
     remote_index, local_index, cache = prepare(path, url)
-    targets = {"local": str(path), "index": store.url(f"p4/{remote_index.name}"), "local_index": str(local_index)}
+    index_url = store.url(f"p4/{remote_index.name}")
+    targets = {"local": str(path), "index": index_url, "zarr_index": index_url, "road_index": index_url,
+               "local_index": str(local_index)}
     jobs = {key: (me, "read", [key, targets.get(key, url), store.counts_url, str(cache)]) for key in READERS}
     truth = run_child(me, "read", jobs["local"][2], timeout)
-    # (f) is timed with the cache an earlier process filled (not timed)
-    fill = run_child(me, "read", jobs["cached"][2], timeout)
-    if fill["status"] != "ok":
-        del jobs["cached"]
+    # (f) and (j) are timed with the cache an earlier process filled (not timed)
+    fills = {key: run_child(me, "read", jobs[key][2], timeout) for key in CACHED}
+    for key, fill in fills.items():
+        if fill["status"] != "ok":
+            del jobs[key]
 
     def measure(key: str, script: str, child: str, args: list[str]) -> dict[str, Any]:
         return check(run_child(script, child, args, timeout), truth)  # children count their own steps
 
     medians = tuple(f"{s}_{x}" for s in STEPS for x in ("s", "requests", "mb")) + ("import_s",)
     res = run_repeated(jobs, repeat, timeout, measure, medians)
-    if fill["status"] != "ok":
-        res["cached"] = {"status": fill["status"], "error": f"filling the cache: {fill.get('error')}"}
+    for key, fill in fills.items():
+        if fill["status"] != "ok":
+            res[key] = {"status": fill["status"], "error": f"filling the cache: {fill.get('error')}"}
     if truth["status"] != "ok":
         res["local"] = truth
     return {key: res[key] for key in READERS}
@@ -215,16 +256,19 @@ def file_section(title: str, path: Path, res: dict[str, dict[str, Any]]) -> list
     for key, r in res.items():
         label = READERS[key][0]
         if not _ok(r):
-            rows.append([label, r["status"], *[None] * 8, _cell(r.get("error", ""))])
+            rows.append([label, r["status"], *[None] * 10, _cell(r.get("error", ""))])
             continue
         rows.append([label, "ok", r["open_s"], r["open_requests"], round(r["open_mb"], 2), r["first_s"],
-                     r["first_requests"], *(r[f"{t}_s"] for t in TABLES), " ".join(f"{x:.2f}" for x in r["runs"])])
+                     r["first_requests"], *(r[f"{t}_s"] for t in TABLES), r["whole_s"], round(r["whole_mb"], 1),
+                     " ".join(f"{x:.2f}" for x in r["runs"])])
         steps.append([label, *(r[f"{s}_requests"] for s in STEPS), f"{r['import_s']:.2f}"])
     return [f"#### {title}: `{path.name}`, {path.stat().st_size / 1e6:.0f} MB", "",
             table(["reader", "status", "open s", "requests", "MB", "first data s", "first data requests",
-                   "electrodes df s", "units df s", "trials df s", "runs (open s)"], rows), "",
+                   "electrodes df s", "units df s", "trials df s", "whole series s", "whole series MB",
+                   "runs (open s)"], rows), "",
             "Requests per step, and the imports done before the clock started:", "",
-            table(["reader", "open", "first data", "electrodes df", "units df", "trials df", "imports s"], steps), "",
+            table(["reader", "open", "first data", "electrodes df", "units df", "trials df", "whole series",
+                   "imports s"], steps), "",
             *goals(res), ""]
 
 
@@ -257,6 +301,7 @@ def goals(res: dict[str, dict[str, Any]]) -> list[str]:
     out.append(_goal("first data of (d) <= the fastest h5py remote reader's (b, c)", [d, best],
                      lambda: f"{d['first_s']:.3f} s vs {best['first_s']:.3f} s",
                      lambda: d["first_s"] <= best["first_s"]))
+    out += road_goals(res)
     for key in REMOTE:
         r = res[key]
         if _ok(r) and _ok(d):
@@ -265,6 +310,64 @@ def goals(res: dict[str, dict[str, Any]]) -> list[str]:
                        f"{r['open_mb'] / max(1e-6, d['open_mb']):.1f}x its MB; "
                        f"first data {r['first_s'] / d['first_s']:.1f}x")
     return out
+
+
+def road_goals(res: dict[str, dict[str, Any]]) -> list[str]:
+    """Issue #23's targets for the h5py road (h, i), from this run's medians."""
+    a, h, i, zr, c = res["local"], res["road_index"], res["road_fly"], res["zarr_index"], res["fsspec"]
+    return [
+        _goal("h5py road pre-indexed (h) within 0.1 s of the local floor (a), <= 2 requests", [a, h],
+              lambda: f"{h['open_s'] - a['open_s']:+.3f} s, {h['open_requests']} requests",
+              lambda: h["open_s"] - a["open_s"] <= 0.1 and h["open_requests"] <= 2),
+        _goal("h5py road on the fly (i) within 0.5 s of the local floor", [a, i],
+              lambda: f"{i['open_s'] - a['open_s']:+.2f} s", lambda: i["open_s"] - a["open_s"] <= 0.5),
+        _goal("whole ElectricalSeries through h5py_file (h) at least as fast as the zarr road (d') and >= 4x "
+              "h5py + fsspec blockcache (c)", [h, zr, c],
+              lambda: f"{h['whole_s']:.3f} s vs {zr['whole_s']:.3f} s (zarr road), {c['whole_s']:.3f} s "
+                      f"(blockcache: {c['whole_s'] / h['whole_s']:.1f}x)",
+              lambda: h["whole_s"] <= zr["whole_s"] and c["whole_s"] >= 4 * h["whole_s"]),
+        _goal("open: h5py road (h) against the zarr road (d'), both pre-indexed, same imports", [h, zr],
+              lambda: f"{h['open_s']:.3f} s vs {zr['open_s']:.3f} s", lambda: True),
+    ]
+
+
+def pages_section(paths: list[Path], repeat: int, timeout: float) -> list[str]:
+    """What the pages cost: index size with and without them, and a local scan's time with and without."""
+    me = os.path.abspath(__file__)
+    jobs = {f"{p.name}:{pages}": (me, "scan", [str(p), str(pages)]) for p in paths for pages in (1, 0)}
+    res = run_repeated(jobs, repeat, timeout, medians=("bytes",))
+    rows = []
+    for p in paths:
+        on, off = res[f"{p.name}:1"], res[f"{p.name}:0"]
+        if not (_ok(on) and _ok(off)):
+            rows.append([p.name, (on if not _ok(on) else off).get("error", "fail"), None, None, None, None, None])
+            continue
+        rows.append([p.name, off["bytes"], on["bytes"], f"{on['bytes'] / off['bytes']:.2f}x",
+                     on["pages_bytes"], f"{off['seconds']:.3f}", f"{on['seconds']:.3f}"])
+    return ["#### The pages: index size and local scan time (v2 JSON, medians of fresh processes)", "",
+            table(["file", "index bytes without pages", "with pages", "ratio", "file bytes carried",
+                   "local scan s without", "with (recorded)"], rows), ""]
+
+
+def child_scan(path: str, pages: str) -> dict[str, Any]:
+    """One local scan to a JSON index, timed (imports apart); its size."""
+    import tempfile
+
+    import refindex
+    import refindex.api  # noqa: F401 - imports are not the scan
+    import refindex.pipeline  # noqa: F401
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "index.json")
+        t = time.perf_counter()
+        refindex.scan_to_file(path, out, pages=bool(int(pages)))
+        seconds = time.perf_counter() - t
+        size = os.path.getsize(out)
+        info = refindex.info(out)
+    return {"seconds": seconds, "bytes": size, "pages_bytes": (info.get("pages") or {}).get("bytes")}
+
+
+CHILDREN["scan"] = child_scan
 
 
 def run(a: argparse.Namespace) -> str:
@@ -279,9 +382,13 @@ def run(a: argparse.Namespace) -> str:
            f"Each reader ran {a.repeat} times in fresh processes, interleaved; figures are medians. 'open' is "
            "the read to an NWBFile; requests and MB are what the store served during it (HEADs included). "
            "'first data' reads `acquisition/ElectricalSeries.data[0:10000]` (one chunk) right after; then each "
-           "table's `to_dataframe()`. (d), (f) and (g) use indexes or caches made beforehand, not timed.", ""]
+           "table's `to_dataframe()`, then the whole ElectricalSeries (`data[:]`). (d), (f), (g), (h) and (j) "
+           "use indexes or caches made beforehand, not timed. Rows d' and h-j start the clock after `import "
+           "pynwb, h5py, refindex` alone (refindex's own imports count); the others after the imports listed "
+           "in the second table's last column.", ""]
     for title, path, res in results:
         txt += file_section(title, path, res)
+    txt += pages_section([path for _, path, _ in results], a.repeat, a.timeout)
     return "\n".join(txt)
 
 

@@ -7,8 +7,8 @@ the function that needs them.
 
 from __future__ import annotations
 
-from .errors import (NotHDF5Error, RefindexError, SourceError, StaleIndexError, UnsupportedError, UntrustedReference,
-                     VerifyError)
+from .errors import (NotHDF5Error, RefindexError, RefindexWarning, SourceError, StaleIndexError, UnsupportedError,
+                     UntrustedReference, VerifyError)
 from .lazy import attribute_loader
 from .options import CacheOptions, ScanOptions
 
@@ -16,14 +16,14 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "scan": "api", "scan_to_file": "api", "scan_to_parquet": "api", "scan_to_icechunk": "api",
-    "open": "read", "open_nwb": "read", "info": "read", "verify": "read", "check": "read", "object_model": "read",
+    "open": "read", "open_nwb": "read", "h5py_file": "read", "info": "read", "verify": "read", "check": "read", "object_model": "read",
     "CheckReport": "read", "VerifyReport": "read", "ReadOptions": "read",
     "run_batch": "batch", "BatchReport": "batch",
 }
 
-__all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOptions", "RefindexError", "ScanOptions",
+__all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",
            "SourceError", "StaleIndexError", "UnsupportedError", "UntrustedReference", "VerifyError", "VerifyReport", "__version__", "check",
-           "info", "object_model", "open", "open_nwb", "run_batch", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet",
+           "h5py_file", "info", "object_model", "open", "open_nwb", "run_batch", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet",
            "verify"]
 
 

@@ -87,6 +87,9 @@ def add_scan(sub: Any) -> None:
     s.add_argument("--native-index", action=argparse.BooleanOptionalAction, default=True,
                    help="list chunks with refindex's own readers of the chunk indexes, a tree level per round trip "
                         "(default); --no-native-index: with libhdf5's chunk_iter (the index is the same)")
+    s.add_argument("--no-pages", dest="pages", action="store_false",
+                   help="leave out the HDF5 metadata pages libhdf5 opens the file from (refindex.h5py_file; "
+                        "they add 10-50 %% to an index); the zarr road does not use them")
     add_isolation(s, "scan")
     s.set_defaults(func=cmd_scan)
 
@@ -114,7 +117,7 @@ def scan_options(args: argparse.Namespace) -> Any:
         on_unsupported=args.on_unsupported, follow_external=args.follow_external, allowed_root=args.allowed_root,
         allow_outside=args.allow_outside, native_index=args.native_index,
         max_inline_total="default" if args.max_inline_total is None else args.max_inline_total,
-        portable=args.portable, zarr_format=args.zarr_format)
+        portable=args.portable, zarr_format=args.zarr_format, pages=args.pages)
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
@@ -375,6 +378,8 @@ def add_batch(sub: Any) -> None:
     b.add_argument("--on-unsupported", choices=["error", "skip"], default="error")
     b.add_argument("--portable", action="store_true", help="indexes that open with stock codecs only "
                    "(see `refindex scan --portable`)")
+    b.add_argument("--no-pages", dest="pages", action="store_false",
+                   help="indexes without the HDF5 metadata pages (see `refindex scan --no-pages`)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--combine", metavar="OUT.json", help="also merge all indexes into one (kerchunk MultiZarrToZarr; "
                    "netCDF-style datasets split along --concat-dim)")
@@ -395,7 +400,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
                        on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format,
-                       branch=args.branch, repository_options=args.repository_options)
+                       pages=args.pages, branch=args.branch, repository_options=args.repository_options)
     for r in report.failed:
         print(f"failed: {r.error}" if r.source in (r.error or "") else f"failed {r.source}: {r.error}", file=sys.stderr)
     for r in report.check_failed:

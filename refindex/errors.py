@@ -26,6 +26,10 @@ class RefindexError(Exception):
         return f"{': '.join(where)}: {self.reason}" if where else self.reason
 
 
+class RefindexWarning(UserWarning):
+    """Something works, but not the way a user may expect (said once, in the user's words)."""
+
+
 class NotHDF5Error(RefindexError):
     """The input is not an HDF5 file (bad signature, truncated or unreadable)."""
 

@@ -11,12 +11,18 @@ from typing import Any, Callable
 
 
 def attribute_loader(package: str, where: dict[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` giving ``where[name]``'s attribute ``name`` (module relative to ``package``)."""
+    """A module ``__getattr__`` giving ``where[name]``'s attribute ``name`` (module relative to ``package``).
+
+    ``"module:attribute"`` names the attribute under another name; ``"module:"`` is the
+    submodule itself.
+    """
 
     def __getattr__(name: str) -> Any:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        module, _, attribute = where[name].partition(":")
+        found = importlib.import_module(f"{package}.{module}")
+        value = found if where[name].endswith(":") else getattr(found, attribute or name)
         setattr(importlib.import_module(package), name, value)  # found directly from now on
         return value
 

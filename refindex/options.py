@@ -98,7 +98,9 @@ class CacheOptions:
 
 # The fields that decide what an index holds, in the order its provenance lists them.
 RECORDED = ("inline_threshold", "inline_dataset_threshold", "inline_max", "contiguous_chunk_bytes",
-            "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample", "portable")
+            "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample", "portable",
+            "pages", "page_size")
+PAGE_SIZE = 1  # bytes; chosen by measurement (docs/h5py.md): smaller pages carry less data beside metadata
 
 
 @dataclass
@@ -118,7 +120,9 @@ class ScanOptions:
     chunks only refindex's own codecs decode are copied in, decoded, within ``inline_max``
     — or fail — so the index opens with numcodecs and imagecodecs alone), ``zarr_format``
     (2: ``.zarray``/``.zgroup`` metadata, the default; 3: ``zarr.json`` documents, chunk
-    keys ``c/i/j``, recorded as ``"zarr_format": 3``).
+    keys ``c/i/j``, recorded as ``"zarr_format": 3``), ``pages`` (the index carries the HDF5
+    metadata pages the scan read, in pages of ``page_size`` bytes, so libhdf5 opens the file from
+    the index: :func:`refindex.h5py_file`; False leaves them out).
 
     How it is made (not recorded): ``url`` (what the references point at, when not the
     source), ``storage_options`` (fsspec, never written into an index), ``cache``,
@@ -144,6 +148,8 @@ class ScanOptions:
     portable: bool = False
     convention: Convention = "auto"
     zarr_format: ZarrFormat = 2
+    pages: bool = True
+    page_size: int = PAGE_SIZE
     url: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
     cache: CacheOptions = field(default_factory=CacheOptions)
@@ -193,7 +199,7 @@ class ScanOptions:
                 continue
             if name == "contiguous_chunk_bytes":
                 value = int(value) or None
-            elif name in ("inline_threshold", "inline_dataset_threshold", "inline_max", "max_inline_total"):
+            elif name in ("inline_threshold", "inline_dataset_threshold", "inline_max", "max_inline_total", "page_size"):
                 value = int(value)
             elif name == "storage_options":
                 value = dict(value)
@@ -221,6 +227,8 @@ class ScanKeywords(TypedDict, total=False):
     max_inline_total: int | None | Literal["default"]
     check_sample: bool | None
     portable: bool
+    pages: bool
+    page_size: int | None
     cache: CacheOptions | None
     follow_external: bool
     isolate: bool

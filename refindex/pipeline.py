@@ -16,8 +16,8 @@ from .errors import RefindexError, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions
 from .progress import ProgressSetting, ScanProgress
-from .scanner import ScanContext, scan_file
-from .source import open_source
+from .scanner import ScanContext, choose_pages, scan_file
+from .source import ReadRecorder, open_source
 
 from . import __version__  # one version for the package
 Format = Literal["json", "parquet", "icechunk"]
@@ -67,14 +67,17 @@ def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
 def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
                 progress: ProgressSetting = None) -> Scanned:
     """Run the scanner over ``source``: the Tree, before any convention (see :func:`prepare_tree`)."""
-    with open_source(source, options.storage_options, options.cache) as src:
+    recorder = ReadRecorder(options.page_size) if options.pages else None
+    with open_source(source, options.storage_options, options.cache, recorder) as src:
         target = safety.strip_credentials(options.url or src.url)
         safety.check_target_url(target, explicit=options.url is not None)
         bar = ScanProgress.of(progress, src.url)
         ctx = ScanContext(src.h5, target, src.size, options, src.read_many, src.fs_for, label=src.url,
-                          **({"progress": bar} if bar is not None else {}))
+                          recorder=recorder, **({"progress": bar} if bar is not None else {}))
         try:
             tree = scan_file(ctx)
+            if recorder is not None:
+                tree.pages = choose_pages(recorder, src.size, src.page_bytes, tree)
         except RefindexError:
             raise
         except Exception as e:  # libhdf5 errors on damaged files surface as OSError/KeyError/...

@@ -175,9 +175,10 @@ def check_no_secrets(refs: dict[str, Any], storage_options: dict[str, Any] | Non
     """Refuse to emit an index whose provenance or URLs contain a secret or ``user:pass@``.
 
     Only the parts refindex writes from the caller's input are checked (templates and
-    the ``refindex`` section); chunk values come from the file itself.
+    the ``refindex`` section); chunk values and pages come from the file itself.
     """
-    head = json.dumps({"templates": refs.get("templates"), "refindex": refs.get("refindex")}, default=str)
+    section = {k: v for k, v in (refs.get("refindex") or {}).items() if k != "pages"}  # the file's own bytes
+    head = json.dumps({"templates": refs.get("templates"), "refindex": section}, default=str)
     for secret in secret_values(storage_options):
         if secret in head:
             raise RefindexError("refusing to write an index containing a storage_options secret", file=file)

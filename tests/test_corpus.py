@@ -21,6 +21,7 @@ from refindex import safety
 from refindex.model import external_sources
 
 from corpus import CORPUS  # noqa: E402
+from h5compare import assert_h5py_road_equal  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 pytestmark = pytest.mark.skipif(not MANIFEST.exists(), reason=f"HDF5 corpus not found at {CORPUS}")
@@ -102,6 +103,9 @@ def test_corpus_file_reads_exactly(row: dict[str, str]) -> None:
     unreadable = sorted(r.path for r in report.results if r.status == "h5py-unreadable" and "external" not in r.path)
     m = re.search(r"h5py cannot read (\d+) dset", row["notes"])
     assert len(unreadable) <= (int(m.group(1)) if m else 0), f"{rel}: h5py cannot read {unreadable}"
+    # The h5py road (issue #23): h5py over the index's pages sees the file as h5py sees it.
+    assert refs["refindex"].get("pages"), "every index carries pages by default"
+    assert_h5py_road_equal(path, refs)
 
 
 # xarray over the corpus (default decoding, against h5netcdf): tests/test_xarray.py.

@@ -276,7 +276,7 @@ def test_comparator_reports_first_difference(main_refs, nwb_dir):
 
 
 def test_open_nwb_reads_the_main_file(main_refs, main_read):
-    nwb = refindex.open_nwb(main_refs)
+    nwb = refindex.open_nwb(main_refs, reader="zarr")
     assert nwb.refindex_io.skipped_entries == []
     nwbcompare.assert_same_nwb(main_read[3], nwb)
 

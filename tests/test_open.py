@@ -220,7 +220,7 @@ def _cell(v):
 def test_open_nwb_fetches_no_small_dataset(many_objects):
     """Opening the index reads nothing by reference: every scalar and table column is inline."""
     refs = scan(many_objects)
-    nwb = refindex.open_nwb(refs)
+    nwb = refindex.open_nwb(refs, reader="zarr")
     store = nwb.refindex_io._file.store
     assert store.stats.keys == [] and store.stats.requests == 0
     hio, hnwb = _hdf5_nwb(many_objects)
@@ -270,7 +270,7 @@ def test_open_nwb_on_an_s3_url(many_objects, tmp_path):
         hio, hnwb = _hdf5_nwb(many_objects)
         try:
             nwb = refindex.open_nwb("s3://nwb-bucket/session.nwb", storage_options=s3, cache=tmp_path / "c",
-                                    read_ahead=0)
+                                    read_ahead=0, reader="zarr")
             assert nwb.refindex_io._file.store.stats.requests == 0  # the open fetched no chunk
             nwbcompare.assert_same_nwb(hnwb, nwb)
             ts = nwb.processing["module1"]["series003"]
@@ -289,7 +289,7 @@ def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
         _upload(s3, path, "ahead-bucket/main.nwb")
         hio, hnwb = _hdf5_nwb(path)
         try:
-            nwb = refindex.open_nwb("s3://ahead-bucket/main.nwb", storage_options=s3, cache=False)
+            nwb = refindex.open_nwb("s3://ahead-bucket/main.nwb", storage_options=s3, cache=False, reader="zarr")
             store = nwb.refindex_io._file.store
             longest = max(hnwb.acquisition.values(), key=lambda s: s.data.shape[0])
             assert longest.name == "raw"  # 20,000 rows; raw_gzip has 4,000
@@ -326,7 +326,7 @@ def test_the_main_recording_read_ahead_is_inflated_in_the_background(tmp_path):
         io.write(f)
     with moto_s3() as s3:
         _upload(s3, path, "gz-bucket/gz.nwb")
-        nwb = refindex.open_nwb("s3://gz-bucket/gz.nwb", storage_options=s3, cache=False)
+        nwb = refindex.open_nwb("s3://gz-bucket/gz.nwb", storage_options=s3, cache=False, reader="zarr")
         store = nwb.refindex_io._file.store
         ahead = store._ahead["acquisition/rec/data/0.0"]
         deadline = time.monotonic() + 30

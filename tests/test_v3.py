@@ -335,7 +335,7 @@ def test_open_nwb_reads_a_v3_index_with_nwbzarrio(nwb3, main3, tmp_path):
     index.write_text(json.dumps(main3, allow_nan=True))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        nwb = refindex.open_nwb(str(index))
+        nwb = refindex.open_nwb(str(index), reader="zarr")
     _OPEN_IOS.append(nwb.refindex_io)
     assert isinstance(nwb.refindex_io, NWBZarrIO)
     assert nwbcompare.assert_same_nwb(hdf5_nwb(nwb3["main"]), nwb) > 500

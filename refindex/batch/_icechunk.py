@@ -156,14 +156,15 @@ class IcechunkBatch:
             session, pristine = self._sessions()
             fork = pristine.fork()
             counts = writer.write_tree(fork.store, tree, group, parents=False)
+            pages = writer.write_pages(self.target.repo, self.target.storage_options, tree.pages)
             writer.write_parents(session.store, group)
             session.merge(fork)
         except RefindexError as e:
             return _failed(row, RefindexError(e.reason, file=tree.url, path=e.path), t0)
         except ic.IcechunkError as e:
             return _failed(row, RefindexError(f"Icechunk refused the write: {writer.said(e)}", file=tree.url), t0)
-        self.written[group] = writer.group_record(tree, counts) | {"input": row["source"],
-                                                                   "fingerprint": row["options"]}
+        self.written[group] = writer.group_record(tree, counts, pages) | {"input": row["source"],
+                                                                          "fingerprint": row["options"]}
         return {**row, "arrays": counts["arrays"], "chunks": counts["chunks_referenced"],
                 "inline_chunks": counts["inline_chunks"], "index_bytes": counts["inline_bytes"],
                 "seconds": round((row.get("seconds") or 0.0) + time.perf_counter() - t0, 4)}

@@ -19,6 +19,7 @@ _WHERE = {
     "codec_ids": "_catalog", "codec_provider": "_catalog", "register_stock_codecs": "_runtime",
     "zarr_refusal": "_catalog",
     "fill_value_json": "_values", "jsonable": "_values", "lost_type": "_values",
+    "vlen_items": "_vlen", "vlen_chunk_items": "_vlen", "v2_pipeline": "_vlen",
     "NoV3Codec": "_v3", "v3_chain": "_v3", "codec_names": "_v3", "zarr_refusal_v3": "_v3",
     "register_v3_codecs": "_v3", "stock_in": "_v3", "OBJECT_CODECS": "_v3", "V3_NAMES": "_v3",
     "BYTESWAP": "_v3",

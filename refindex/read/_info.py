@@ -98,9 +98,23 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
         "inline_options": {k: (prov.get("options") or {}).get(k)
                            for k in ("inline_threshold", "inline_dataset_threshold", "inline_max")},
         "skipped": prov.get("skipped", []),
+        "pages": pages_summary(prov.get("pages")),
         "codecs": used,
         "needs_refindex": sorted(c for c, pkg in used.items() if pkg == "refindex"),
     }
+
+
+def pages_summary(doc: Any) -> dict[str, Any] | None:
+    """What the index carries for the h5py road (None: no pages): the file's bytes it holds, what they
+    take in the index, and the chunk indexes left out (fetched whole when a read first needs one)."""
+    if not isinstance(doc, dict):
+        return None
+    if "object" in doc:  # an Icechunk repository: an object of its own, named by the commit
+        return {"stored_bytes": doc.get("bytes"), "object": doc.get("object")}
+    from ..writers import encoded_size
+
+    return {"bytes": doc.get("bytes"), "stored_bytes": encoded_size(doc), "page_size": doc.get("page_size"),
+            "chunk_indexes_left_out": len(doc.get("index_ranges") or {})}
 
 
 def _icechunk_info(ic: Any) -> dict[str, Any]:

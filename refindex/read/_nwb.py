@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from ._store import IndexStore
 from ._urlcheck import declared_sources, untrusted
 from ._urlpolicy import UrlPolicy
 
+Reader = Literal["auto", "h5py", "zarr"]
+READERS = ("auto", "h5py", "zarr")
+DEFAULT_READER: Reader = "auto"  # chosen by exactness across writers, then speed (docs/h5py.md)
 SMALL_ARRAY_BYTES = 16 << 20
 READ_AHEAD_BYTES = 8 << 20  # the first chunk of the main recording, fetched while the NWBFile is built
 TABLE_COLUMN_BYTES = 256 << 20
@@ -618,9 +621,11 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
              remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
              allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
-             branch: str | None = None, snapshot: str | None = None, read_ahead: int = READ_AHEAD_BYTES) -> Any:
-    """Lazily read an NWB file with hdmf-zarr's ``NWBZarrV2IO`` (a zarr v3 index: ``NWBZarrIO``), through
-    its index or from the file itself.
+             branch: str | None = None, snapshot: str | None = None, read_ahead: int = READ_AHEAD_BYTES,
+             reader: Reader = DEFAULT_READER) -> Any:
+    """Lazily read an NWB file through its index or from the file itself: with pynwb's ``NWBHDF5IO`` over
+    :func:`refindex.h5py_file` (``reader="h5py"``), or with hdmf-zarr's ``NWBZarrV2IO`` (a zarr v3
+    index: ``NWBZarrIO``; ``reader="zarr"``).
 
     ``refs``: an index (dict, JSON path/URL, parquet folder) or the NWB file (local path or
     URL: indexed on the fly, the index kept in the local ``cache``, see :mod:`refindex.read`).
@@ -647,31 +652,56 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     is read through hdmf-zarr's ``NWBZarrIO`` over its read-only session's store.
 
     Attributes whose type JSON cannot carry (``uint64``, ``float32``, arrays) get the type the
-    scan recorded (:mod:`refindex.read._attrtypes`) before the containers are made, as
-    ``NWBHDF5IO`` hands them over: files hdmf-zarr alone cannot build (an unsigned attribute a
-    constructor checks) open here.
-    """
-    from ._open import opened_icechunk
+    scan recorded (:mod:`refindex.read._attrtypes`) before the containers are made on the zarr
+    road, as ``NWBHDF5IO`` hands them over: files hdmf-zarr alone cannot build (an unsigned
+    attribute a constructor checks) open here.
 
-    ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
-                         branch=branch, snapshot=snapshot, check_source=check_source)
-    if ic is not None:
-        ic.zarr_group()  # the codecs registered, the group checked
-        io = nwb_io_class_v3()(path=ic.store(), mode="r")
-        record = ic.record()
-        io.refindex_attribute_types = recorded_types(record)
-        source = (record.get("source") or {}).get("url")
-        # linked files: as for a JSON index of this file (their chunks read with the source's options)
-        io.refindex_external = ExternalIndexes(
-            {"refindex": {**record, "zarr_format": 3}, "templates": {"u": source} if source else {}},
-            ReadOptions.of(storage_options=remote_options, remote_options=remote_options, check_source=check_source,
-                           cache=cache, allowed_urls=allowed_urls, trust=trust),
-            external=external, scan_missing=scan_missing)
-        return _read_kept(io)
-    loaded, opts, check = prepare_unchecked(refs, ReadOptions.of(
-        storage_options=storage_options, remote_options=remote_options, remote_protocol=remote_protocol,
-        check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust), accept=require_nwb)
-    require_nwb(declared_of(loaded, opts), index_location(refs))
+    ``reader``: ``"h5py"`` reads exactly what pynwb reads from the file, whatever wrote it
+    (libhdf5 reads the file's own bytes, its metadata from the index's pages); ``external``,
+    ``scan_missing``, ``remote_protocol`` and ``read_ahead`` do not apply to it, and it cannot
+    follow external links (h5py's file-object driver).  ``"zarr"`` reads the zarr form of the
+    index.  ``"auto"`` (the default; docs/h5py.md has the numbers behind it): the h5py road,
+    unless the file links into other files.
+
+    A file that is not an NWB file is refused before anything is read or cached.
+    """
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(map(repr, READERS))}, not {reader!r}")
+    options = ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
+                             remote_protocol=remote_protocol, check_source=check_source, cache=cache,
+                             allowed_urls=allowed_urls, trust=trust)
+    if reader != "zarr":
+        from pynwb import NWBHDF5IO
+
+        from .h5py_road import open_road, prepared
+
+        prep = prepared(refs, storage_options=storage_options, remote_options=remote_options,
+                        check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust, group=group,
+                        branch=branch, snapshot=snapshot, accept=require_nwb)
+        require_nwb({"refindex": prep.prov} if prep.loaded is None else declared_of(prep.loaded, prep.read_options),
+                    prep.label)
+        if reader == "h5py" or not prep.external_links:
+            return _read_kept(NWBHDF5IO(file=open_road(prep.road()), mode="r"))
+        # "auto" and links into other files: the zarr road follows them through the linked files' indexes
+        if prep.icechunk is not None:
+            return _read_icechunk(prep.icechunk, options, external, scan_missing)
+        loaded, opts, check = prep.loaded, replace(prep.read_options, remote_protocol=remote_protocol), prep.check
+    else:
+        from ._open import opened_icechunk
+
+        ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
+                             branch=branch, snapshot=snapshot, check_source=check_source)
+        if ic is not None:
+            return _read_icechunk(ic, options, external, scan_missing)
+        loaded, opts, check = prepare_unchecked(refs, options, accept=require_nwb)
+        require_nwb(declared_of(loaded, opts), index_location(refs))
+    return _read_zarr_road(refs, loaded, opts, check, read_ahead=read_ahead, trust=trust, external=external,
+                           scan_missing=scan_missing)
+
+
+def _read_zarr_road(refs: Any, loaded: Any, opts: ReadOptions, check: Callable[[], None], *, read_ahead: int,
+                    trust: bool, external: dict[str, Any] | None, scan_missing: bool) -> Any:
+    """hdmf-zarr over a JSON or parquet index: the first chunks read ahead while the source is checked."""
     store = store_of(loaded, opts)
     if read_ahead > 0 and isinstance(store, IndexStore):  # under way while the source is checked
         store.read_ahead(*first_acquisition_chunks(store, read_ahead))
@@ -713,6 +743,21 @@ def require_nwb(refs: Any, label: str | None = None) -> None:
     where = label or (prov.get("source") or {}).get("url")
     raise RefindexError("not an NWB file: its root group has no neurodata_type or namespace attribute (every NWB "
                         "file has them); read it with refindex.open (zarr) or xarray instead", file=where)
+
+
+def _read_icechunk(ic: Any, options: ReadOptions, external: dict[str, Any] | None, scan_missing: bool) -> Any:
+    """hdmf-zarr's ``NWBZarrIO`` over an Icechunk repository's read-only session (attribute types and
+    linked files as for a JSON index of the same file)."""
+    ic.zarr_group()  # the codecs registered, the group checked
+    io = nwb_io_class_v3()(path=ic.store(), mode="r")
+    record = ic.record()
+    io.refindex_attribute_types = recorded_types(record)
+    source = (record.get("source") or {}).get("url")
+    # linked files: as for a JSON index of this file (their chunks read with the source's options)
+    io.refindex_external = ExternalIndexes(
+        {"refindex": {**record, "zarr_format": 3}, "templates": {"u": source} if source else {}},
+        replace(options, storage_options=options.remote_options), external=external, scan_missing=scan_missing)
+    return _read_kept(io)
 
 
 def _read_kept(io: Any) -> Any:

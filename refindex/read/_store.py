@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
-import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,20 +23,13 @@ from zarr.core.buffer import Buffer, BufferPrototype
 
 from ..errors import SourceError
 from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, whole_file
+from ._urlcheck import expand_url
 
-_TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
 MERGE_SPAN = 32 << 20
 # Object stores serve each connection at a bounded rate (tens of MB/s): a large range goes
 # faster as parts fetched side by side.
 SPLIT_ABOVE, PART_BYTES, MAX_PARTS = 1 << 20, 512 << 10, 16
-
-
-def expand_url(url: str, templates: Mapping[str, str]) -> str:
-    """``url`` with each ``{{name}}`` replaced by ``templates[name]`` (KeyError: an undefined one)."""
-    if "{{" not in url:
-        return url
-    return _TEMPLATE.sub(lambda m: templates[m.group(1)], url)
 
 
 @dataclass

@@ -13,14 +13,23 @@ naming a key, how many keys name the URL, the URL, the reason and how to allow i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UntrustedReference
-from ._store import expand_url
 from ._urlpolicy import UrlPolicy
 
+_TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")
+
 _GUARDED: Any = None
+
+
+def expand_url(url: str, templates: Mapping[str, str]) -> str:
+    """``url`` with each ``{{name}}`` replaced by ``templates[name]`` (KeyError: an undefined one)."""
+    if "{{" not in url:
+        return url
+    return _TEMPLATE.sub(lambda m: templates[m.group(1)], url)
 
 
 def declared_sources(refs: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from ._attrs import unsafe_type
 from ._chunked import BULK_INLINE
 from ._chunkiter import GRID_PREALLOCATE, chunk_table
 from ._context import ScanContext
+from ._pages import choose_pages
 from ._walk import scan_file
 
-__all__ = ["BULK_INLINE", "GRID_PREALLOCATE", "ScanContext", "chunk_table", "scan_file", "unsafe_type"]
+__all__ = ["BULK_INLINE", "GRID_PREALLOCATE", "ScanContext", "choose_pages", "chunk_table", "scan_file", "unsafe_type"]

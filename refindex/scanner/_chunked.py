@@ -39,8 +39,9 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
         return inline_decoded(ctx, d, node, plan, str(e))
     if strpad:  # applied last when reading: after every HDF5 filter is undone
         node.filters = [strpad] + (node.filters or [])
-    table, masks, why = listed_chunks(ctx, d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape,
-                                      dcpl)
+    with ctx.reading("index", node.path):  # the chunk index's nodes: tagged for the index's pages
+        table, masks, why = listed_chunks(ctx, d, len(node.shape) - len(plan.extra_shape), chunks, plan.extra_shape,
+                                          dcpl)
     if why:
         return inline_decoded(ctx, d, node, plan, why)
     # Chunks left beyond the current extent (a dataset shrunk after writing) hold no elements.
@@ -54,48 +55,68 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
         # read path disagree (seen with extensible-array indexes from older writers),
         # so only values read through libhdf5 are trustworthy.
         return inline_decoded(ctx, d, node, plan, "chunk index lists chunks outside the dataset extent")
-    if lookups_disagree(ctx, d, table, chunks):
+    with ctx.checking():
+        disagree = lookups_disagree(ctx, d, table, chunks)
+    if disagree:
         return inline_decoded(ctx, d, node, plan, "the chunk index finds other chunks by position than it "
                               "lists (damaged chunk index?)")
-    odd_edges = unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
+    with ctx.checking():
+        odd_edges = unfiltered_edge_chunks(d, node, table, chunk_nbytes, nd)
     masks = masks | odd_edges.astype(np.uint32)
     odd = masks != 0
-    why = damaged_szip_chunk(ctx, node, table, odd, chunk_nbytes)
+    with ctx.checking():
+        why = damaged_szip_chunk(ctx, node, table, odd, chunk_nbytes)
     if why:
         raise ctx.fail(node.path, why, RefindexError)
     small = table.sizes < np.uint64(ctx.opts.inline_threshold)
-    why = keep_odd_chunks(ctx, d, node, table, odd, nd, chunk_nbytes)
+    with ctx.reading("data", node.path):
+        why = keep_odd_chunks(ctx, d, node, table, odd, nd, chunk_nbytes)
     if why:
         return inline_decoded(ctx, d, node, plan, why)
-    tiny = np.nonzero(small & ~odd)[0]
+    with ctx.reading("data", node.path):
+        agrees = inline_tiny(ctx, d, node, table, np.nonzero(small & ~odd)[0], nd)
+    node.refs = table.take(~(odd | small))
+    if agrees and ctx.want_sample_check() and len(node.refs):
+        with ctx.checking():
+            agrees = sample_agrees(ctx, d, node, nd)
+    if not agrees:
+        node.inline.clear()
+        node.refs = None
+        return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values than "
+                              "libhdf5 reads (damaged chunk index?)")
+    return node
+
+
+def inline_tiny(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, table: ChunkTable, tiny: np.ndarray,
+                nd: np.dtype) -> bool:
+    """Copy the chunks at rows ``tiny`` in; False when a sample of them decodes to other values than libhdf5's."""
     if len(tiny) <= BULK_INLINE:
         # libhdf5 looks each chunk up by its position: the bytes its own reads use.
         for i in tiny:
             coord = table.coords[i]
-            node.inline[chunk_key(coord)] = bytes(dsid.read_direct_chunk(chunk_origin(coord, chunks, len(d.shape)))[1])
-    else:  # many tiny chunks: a few merged reads instead of a libhdf5 call each
-        datas = ctx.read_many(None if table.url in (None, ctx.url) else table.url,
-                              table.offsets[tiny].tolist(), table.sizes[tiny].tolist())
-        for coord, raw in zip(table.coords[tiny].tolist(), datas):
-            node.inline[chunk_key(coord)] = raw
-        if ctx.want_sample_check():
-            for i in sorted({0, len(tiny) // 2, len(tiny) - 1}):
-                if not chunk_agrees(d, node, nd, table.coords[tiny[i]], datas[i]):
-                    node.inline.clear()
-                    return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values "
-                                          "than libhdf5 reads (damaged chunk index?)")
-    node.refs = table.take(~(odd | small))
-    if ctx.want_sample_check() and len(node.refs):
-        n = len(node.refs)
-        for i in sorted({0, n // 2, n - 1}):  # first, middle and last stored chunk
-            coord = node.refs.coords[i]
-            raw = ctx.read_file(None, int(node.refs.offsets[i]), int(node.refs.sizes[i]))
-            if not chunk_agrees(d, node, nd, coord, raw):
-                node.inline.clear()
-                node.refs = None
-                return inline_decoded(ctx, d, node, plan, "a stored chunk decodes to other values than "
-                                      "libhdf5 reads (damaged chunk index?)")
-    return node
+            node.inline[chunk_key(coord)] = bytes(d.id.read_direct_chunk(chunk_origin(coord, node.chunks,
+                                                                                      len(d.shape)))[1])
+        return True
+    # many tiny chunks: a few merged reads instead of a libhdf5 call each
+    datas = ctx.read_many(None if table.url in (None, ctx.url) else table.url,
+                          table.offsets[tiny].tolist(), table.sizes[tiny].tolist())
+    for coord, raw in zip(table.coords[tiny].tolist(), datas):
+        node.inline[chunk_key(coord)] = raw
+    if ctx.want_sample_check():
+        with ctx.checking():
+            return all(chunk_agrees(d, node, nd, table.coords[tiny[i]], datas[i])
+                       for i in sorted({0, len(tiny) // 2, len(tiny) - 1}))
+    return True
+
+
+def sample_agrees(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, nd: np.dtype) -> bool:
+    """Do the first, middle and last referenced chunks decode to libhdf5's values?"""
+    n = len(node.refs)
+    for i in sorted({0, n // 2, n - 1}):
+        raw = ctx.read_file(None, int(node.refs.offsets[i]), int(node.refs.sizes[i]))
+        if not chunk_agrees(d, node, nd, node.refs.coords[i], raw):
+            return False
+    return True
 
 
 def keep_odd_chunks(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, table: ChunkTable, odd: np.ndarray,

@@ -7,6 +7,7 @@ functions with a context of its own.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable
@@ -25,6 +26,7 @@ from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
 from .chunkindex import FileFacts, IndexStats, Unparsed
+from ..source import INDEX_PREFIX, ReadRecorder
 
 # (url or None for the scanned file, offsets, sizes) -> the bytes of each range, in few requests
 ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
@@ -60,6 +62,8 @@ class ScanContext:
     index_facts: FileFacts | Unparsed | None = None  # sizes and base address for the native index readers
     # (offset, bytes) of this file's ranges copied into the index: part of what its fingerprint covers
     copied: list[tuple[int, bytes]] = field(default_factory=list)
+    # Notes what the scan reads, for the pages its index carries (None: no pages).
+    recorder: ReadRecorder | None = None
 
     def __post_init__(self) -> None:
         self.label = self.label or self.url
@@ -78,6 +82,17 @@ class ScanContext:
         from the superblock, which a user block moves)."""
         base = int(getattr(self.f, "userblock_size", 0) or 0)
         return [base + key[1][0] for key in self.canonical if isinstance(key[1], tuple) and key[1]]
+
+    def reading(self, what: str, path: str | None = None) -> AbstractContextManager:
+        """Reads made inside serve ``what`` for the pages of the index: ``"index"`` (a chunk index
+        walk), ``"data"`` (values copied in); ``path`` names the dataset."""
+        if self.recorder is None:
+            return nullcontext()
+        return self.recorder.tagged((INDEX_PREFIX if what == "index" else what + ":") + (path or ""))
+
+    def checking(self) -> AbstractContextManager:
+        """Reads made inside only check values against libhdf5 (they are left out of the pages)."""
+        return self.recorder.paused() if self.recorder is not None else nullcontext()
 
     def canonical_path(self, obj: Any) -> str:
         """The path an object is indexed under (its first name, sorted depth-first)."""
@@ -117,7 +132,8 @@ class ScanContext:
                 return outer(url if u is None else u, offsets, sizes)
 
         return ScanContext(f, url, file_size, replace(self.opts, check_sample=False), read_many, self.fs_for,
-                           label=url, progress=self.progress, index_stats=self.index_stats)
+                           label=url, progress=self.progress, index_stats=self.index_stats,
+                           recorder=self.recorder if f is self.f else None)
 
 
 def fill_value_of(d: h5py.Dataset, nd: Any) -> Any:

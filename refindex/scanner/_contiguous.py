@@ -33,12 +33,17 @@ def contiguous(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, nd: np.dtype)
     if stored < nbytes:
         raise ctx.fail(node.path, f"contiguous storage holds {stored} bytes, expected {nbytes}")
     split_contiguous(ctx, node, ctx.url, int(offset), nbytes, itemsize, None)
-    if ctx.want_sample_check() and not contiguous_agrees(ctx, d, node, nd, int(offset)):
+    if ctx.want_sample_check() and not _agrees(ctx, d, node, nd, int(offset)):
         node.refs = None
         node.inline.clear()
         return inline_decoded(ctx, d, node, DTypePlan(node.dtype, True, node.kind, numpy_dtype=nd),
                               "stored bytes differ from what libhdf5 reads (damaged layout message?)")
     return node
+
+
+def _agrees(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, nd: np.dtype, offset: int) -> bool:
+    with ctx.checking():
+        return contiguous_agrees(ctx, d, node, nd, offset)
 
 
 def split_contiguous(ctx: ScanContext, node: ArrayNode, url: str | None, offset: int, nbytes: int, itemsize: int,

@@ -71,8 +71,10 @@ def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
     if layout == h5py.h5d.COMPACT:
         node.chunks = tuple(max(1, s) for s in shape)
         if d.size:
-            data = np.ascontiguousarray(d[()])
+            with ctx.reading("data", path):
+                data = np.ascontiguousarray(d[()])
             node.inline[chunk_key((0,) * len(shape))] = data.tobytes()
+            ctx.tree.copied.append((h5py.h5g.get_objinfo(dsid).objno[0], -1, path, chunk_key((0,) * len(shape))))
         return node
     if ctx.hdmf and plan.kind == "str" and d.size <= 1 and len(shape) <= 1:
         # one fixed-length text: the hdmf conventions state it as text (a str), from these bytes
@@ -98,7 +100,8 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
     up to ``STRINGS_INLINE_MAX`` (``inline_max`` when ``portable``), beyond which the codec
     does what libhdf5 does."""
     limit = ctx.opts.inline_max if ctx.opts.portable else min(STRINGS_INLINE_MAX, ctx.opts.inline_max)
-    clean = stored_strings_clean(d, nd, ctx.opts.inline_max)  # None: larger, not read
+    with ctx.checking():
+        clean = stored_strings_clean(d, nd, ctx.opts.inline_max)  # None: larger, not read
     if clean:
         return None, ""
     nbytes = int(np.prod(d.shape or (), dtype=np.int64)) * nd.itemsize
@@ -110,6 +113,22 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
 
 def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     """References into the source files where the mappings allow it, else inline values."""
+    try:
+        elsewhere = any(m.file_name != "." for m in d.virtual_sources())
+    except Exception:  # noqa: BLE001 - mappings h5py cannot list: the indexing below says why
+        elsewhere = False
+    if elsewhere:
+        ctx.tree.reads_elsewhere.append(node.path)  # libhdf5 opens other files for its values
+        if not ctx.remote and getattr(ctx.f, "driver", None) == "fileobj":
+            # A local file read through a file object (a scan recording its pages): libhdf5 would
+            # open the sources through that same object and read fill values.  By its path, it
+            # opens them as files of their own.
+            with h5py.File(ctx.label, "r") as by_path:
+                return _virtual(ctx, by_path[node.path], node, plan)
+    return _virtual(ctx, d, node, plan)
+
+
+def _virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     done, why = virtual_by_reference(ctx, d, node, plan)
     if done is not None:
         return done

@@ -26,7 +26,8 @@ def check_inline_size(ctx: ScanContext, node: ArrayNode, nbytes: int, why: str) 
 
 def read_all(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, why: str | None = None) -> np.ndarray:
     try:
-        return np.asarray(values_of(d)[...])
+        with ctx.reading("data", node.path):
+            return np.asarray(values_of(d)[...])
     except Exception as e:
         prefix = f"{why}, and " if why else ""
         raise ctx.fail(node.path, f"{prefix}h5py cannot read the values either: {e}") from e
@@ -140,9 +141,11 @@ def read_deferred(ctx: ScanContext) -> None:
             url = urls[j]
             wanted.setdefault(None if url in (None, ctx.url) else url, []).append((node, chunk_key(coord), off, size))
     for url, items in wanted.items():
-        datas = ctx.read_many(url, [o for _, _, o, _ in items], [n for _, _, _, n in items])
-        for (node, key, off, _), data in zip(items, datas):
+        with ctx.reading("data"):  # small values, each below inline_dataset_threshold: all in the pages
+            datas = ctx.read_many(url, [o for _, _, o, _ in items], [n for _, _, _, n in items])
+        for (node, key, off, size), data in zip(items, datas):
             node.inline[key] = data
             if url is None:
-                ctx.copied.append((off, data))
+                ctx.copied.append((off, data))  # for the fingerprint
+                ctx.tree.copied.append((off, size, node.path, key))  # for the pages' holes
     ctx.deferred.clear()

@@ -51,7 +51,7 @@ Visit = Callable[[ScanContext, str], None]
 def split_worthwhile(ctx: ScanContext, groups: list[str]) -> bool:
     """Should this scan share its walk of ``groups`` with a helper process?"""
     choice = ctx.opts.split_walk
-    if choice is False or not hasattr(os, "fork") or getattr(ctx.f, "driver", None) != "fileobj":
+    if choice is False or not hasattr(os, "fork") or getattr(ctx.f, "driver", None) != "fileobj" or not ctx.remote:
         return False
     if choice is None:  # Linux only: elsewhere fork without exec is less safe (macOS) or absent
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -114,6 +114,8 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
         os.dup2(quiet, 2)
         counted = _Counted()
         ctx.progress = counted
+        if ctx.recorder is not None:
+            ctx.recorder.take()  # what was read before the fork is the parent's already
         root_id, url = ctx.tree.root_object_id, ctx.tree.url
         for i in range(len(groups) - 1, -1, -1):
             part = Tree(url=url, root_object_id=root_id)
@@ -121,7 +123,8 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
             visit(ctx, groups[i])
             msg = pickle.dumps((part.groups, part.arrays, part.links, part.skipped,
                                 part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i]),
-                                ctx.index_stats), protocol=pickle.HIGHEST_PROTOCOL)
+                                ctx.index_stats, ctx.recorder.take() if ctx.recorder is not None else None, part.reads_elsewhere),
+                               protocol=pickle.HIGHEST_PROTOCOL)
             _write_all(w, _HEADER.pack(i, counted.done, len(msg)) + msg)
         code = 0
     except BaseException:  # noqa: BLE001 - the parent visits whatever was not delivered
@@ -188,18 +191,21 @@ class _Inbox:
 
 
 def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
-    groups, arrays, links, skipped, omitted, deferred, phony, index_stats = pickle.loads(payload)
+    groups, arrays, links, skipped, omitted, deferred, phony, index_stats, reads, elsewhere = pickle.loads(payload)
     ctx.index_stats.merge(index_stats)
     tree = ctx.tree
     tree.groups.update(groups)
     tree.arrays.update(arrays)
     tree.links.extend(links)
     tree.skipped.extend(skipped)
+    tree.reads_elsewhere.extend(elsewhere)
     if omitted:
         tree.provenance.setdefault("omitted", []).extend(omitted)
     ctx.deferred.extend(deferred)
     if phony is not None:
         ctx.phony[path] = phony
+    if reads is not None and ctx.recorder is not None:  # the pages of the index need what the helper read
+        ctx.recorder.add(reads)
 
 
 def _stop(pid: int) -> None:

@@ -70,6 +70,11 @@ def children(ctx: ScanContext, g: h5py.Group, path: str) -> list[str]:
         names = list(g.keys())
     except Exception as e:
         raise ctx.fail(path, f"cannot list group members: {e}", RefindexError) from e
+    if not names and ctx.recorder is not None:
+        # h5py lists an empty group without reading its local heap; libhdf5's search for the
+        # name of an object opened by reference (h5py's ``.name``) reads every group's: the
+        # pages of the index must hold it too.
+        g.id.links.iterate(lambda name: None)
     odd = [n for n in names if not isinstance(n, str)]  # h5py hands back names that are not UTF-8 as bytes
     if odd:
         raise ctx.fail(path, f"a member name is not UTF-8 text ({bytes(odd[0])!r}): it cannot be a zarr key",
@@ -207,6 +212,18 @@ def soft_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNo
     return LinkNode(name, parent, "soft", ctx.canonical_path(obj), target_object_id=object_id_of(obj))
 
 
+def followed(ctx: ScanContext, g: h5py.Group, name: str) -> Any:
+    """The object an external link leads to.  A local file read through a file object (a scan that
+    records its pages) would make libhdf5 open the other file through that same object (the
+    parent's file access properties): there the other file is opened by its own path instead."""
+    if ctx.remote or getattr(ctx.f, "driver", None) != "fileobj":
+        return g[name]
+    lapl = h5py.h5p.create(h5py.h5p.LINK_ACCESS)
+    lapl.set_elink_fapl(h5py.h5p.create(h5py.h5p.FILE_ACCESS))
+    oid = h5py.h5o.open(g.id, name.encode("utf-8"), lapl=lapl)
+    return h5py.Group(oid) if isinstance(oid, h5py.h5g.GroupID) else h5py.Dataset(oid)
+
+
 def external_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNode:
     """An external link; when libhdf5 can open the other file, its target's ids are recorded too."""
     target, filename = link_value(ctx, g, name, join(parent, name))
@@ -217,7 +234,7 @@ def external_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> Li
     except RefindexError:
         return node
     try:
-        obj = g[name]
+        obj = followed(ctx, g, name)
     except Exception:  # the other file is missing or unreachable: keep the link unresolved
         return node
     node.resolved = True

@@ -11,13 +11,15 @@ from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import WHOLE_FILE_FALLBACK, ranged, reason_of, source_error, whole_file
 from ._fingerprint import digest as fingerprint_digest
 from ._fingerprint import recorded_spans as fingerprint_spans
+from ._fetch import RangeFetcher
 from ._open import HDF5_SIGNATURE, Source, describe, file_info, filesystem_of, has_hdf5_signature, open_source, stat
 from ._prefetch import prefetch_tree
+from ._record import INDEX_PREFIX, META, LocalFile, ReadRecorder
 from ._retry import RetryPolicy, is_transient, retry_policy, with_retries
 from ._validators import described, fine_grained, mtime_epoch, same_mtime
 
-__all__ = ["HDF5_SIGNATURE", "WHOLE_FILE_FALLBACK", "BlockCache", "CacheOptions", "ReadStats", "RetryPolicy", "Source",
-           "describe", "described", "file_info", "filesystem_of", "fine_grained", "fingerprint_digest",
-           "fingerprint_spans", "has_hdf5_signature", "is_transient", "merge_ranges", "mtime_epoch", "open_source",
-           "prefetch_tree", "ranged", "reason_of", "retry_policy", "same_mtime", "source_error", "stat", "whole_file",
-           "with_retries"]
+__all__ = ["HDF5_SIGNATURE", "INDEX_PREFIX", "META", "WHOLE_FILE_FALLBACK", "BlockCache", "CacheOptions", "LocalFile",
+           "RangeFetcher", "ReadRecorder", "ReadStats", "RetryPolicy", "Source", "describe", "described", "file_info",
+           "filesystem_of", "fine_grained", "fingerprint_digest", "fingerprint_spans", "has_hdf5_signature",
+           "is_transient", "merge_ranges", "mtime_epoch", "open_source", "prefetch_tree", "ranged", "reason_of",
+           "retry_policy", "same_mtime", "source_error", "stat", "whole_file", "with_retries"]

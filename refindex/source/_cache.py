@@ -20,6 +20,7 @@ from ..errors import SourceError
 from ..options import CacheOptions
 from ._failures import ranged, whole_file
 from ._retry import is_transient, retry_policy
+from ._record import ReadRecorder
 
 WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
 PART = 2 << 20  # longer ranges are fetched as concurrent parts of this size (a connection's speed is bounded)
@@ -52,6 +53,10 @@ class BlockCache(io.RawIOBase):
         self.stats = stats or ReadStats()
         self.blocks: dict[int, bytes] = {}
         self.pos = 0
+        # Set while a scan records the pages its index carries: every read is noted, and the
+        # exact ranges of read_ranges are fetched as whole pages and kept in ``pieces``.
+        self.recorder: ReadRecorder | None = None
+        self.pieces: dict[int, bytes] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
         if ends is not None and self._keep_ends(*ends):
@@ -115,6 +120,13 @@ class BlockCache(io.RawIOBase):
 
     # cache -----------------------------------------------------------------
     def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the file (what libhdf5 reads, and any reader of the file's contents)."""
+        if self.recorder is not None:
+            self.recorder.note(max(0, start), min(self.size, end))
+        return self.peek(start, end)
+
+    def peek(self, start: int, end: int) -> bytes:
+        """:meth:`read_range` not recorded: guesses of what to fetch early (the prefetch's parsing)."""
         start, end = max(0, start), min(self.size, end)
         if end <= start:
             return b""
@@ -282,19 +294,47 @@ class BlockCache(io.RawIOBase):
         bs = self.opts.block_size
         out: list[bytes | None] = [None] * len(offsets)
         todo: list[int] = []
+        rec = self.recorder if self.recorder is not None and self.recorder.active else None
         with self._lock:
             for i, (o, n) in enumerate(zip(offsets, sizes)):
+                if rec is not None:
+                    rec.note(o, o + n)
                 blocks = range(o // bs, (o + n - 1) // bs + 1) if n else range(0)
                 if all(b in self.blocks for b in blocks):
                     out[i] = self._cached(o, o + n) if n else b""
                 else:
                     todo.append(i)
             if todo:
-                spans, where = merge_ranges([offsets[i] for i in todo], [sizes[i] for i in todo])
+                starts, lengths = [offsets[i] for i in todo], [sizes[i] for i in todo]
+                if rec is not None:  # whole pages, kept for the index's pages
+                    starts, lengths = _paged(starts, lengths, rec.page_size, self.size)
+                spans, where = merge_ranges(starts, lengths)
                 datas = self._get(spans)
-                for i, (span, at) in zip(todo, where):
+                if rec is not None:
+                    self.pieces.update((a, d) for (a, _), d in zip(spans, datas))
+                for i, (span, at), start in zip(todo, where, starts):
+                    at += offsets[i] - start
                     out[i] = datas[span][at : at + sizes[i]]
         return [b if b is not None else b"" for b in out]
+
+    def bytes_of(self, start: int, end: int) -> bytes | None:
+        """Bytes ``start:end`` if this cache holds them all (blocks, or pieces kept while recording)."""
+        start, end = max(0, start), min(self.size, end)
+        if end <= start:
+            return b""
+        bs = self.opts.block_size
+        if all(i in self.blocks for i in range(start // bs, (end - 1) // bs + 1)):
+            return self._cached(start, end)
+        for a, data in self.pieces.items():  # few: one per batch of small values read
+            if a <= start and end <= a + len(data):
+                return data[start - a : end - a]
+        return None
+
+
+def _paged(starts: list[int], lengths: list[int], page: int, size: int) -> tuple[list[int], list[int]]:
+    """Each range widened to whole pages of ``page`` bytes (the last page ends at ``size``)."""
+    lo = [(s // page) * page for s in starts]
+    return lo, [min(size, -(-(s + n) // page) * page) - a for s, n, a in zip(starts, lengths, lo)]
 
 
 def merge_ranges(offsets: list[int], sizes: list[int], max_gap: int = 64 << 10,

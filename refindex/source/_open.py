@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -19,6 +19,7 @@ from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import ranged, source_error
 from ._prefetch import prefetch_tree
+from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
 from ._validators import described
 
@@ -39,6 +40,8 @@ class Source:
     path: str = ""
     storage_options: dict[str, Any] = field(default_factory=dict)
     cache: BlockCache | None = None  # remote files: the metadata read cache libhdf5 reads through
+    recorder: ReadRecorder | None = None  # what the scan read, when its index carries pages
+    local: LocalFile | None = None  # a local file read through a recording file object
 
     def fs_for(self, url: str) -> tuple[Any, str]:
         """(filesystem, path) of another file the scan needs (external storage, VDS sources, links).
@@ -74,6 +77,8 @@ class Source:
             return []
         if url is None and self.cache is not None:
             return self.cache.read_ranges(offsets, sizes)
+        if url is None and self.local is not None:
+            return [self.local.pread(o, o + n) for o, n in zip(offsets, sizes)]
         fs, path = (self.fs, self.path) if url is None else self.fs_for(url)
         spans, where = merge_ranges(offsets, sizes)
         if url is None and self.protocol == "file":  # one open file, a positioned read per span
@@ -91,6 +96,21 @@ class Source:
                 raise source_error(d, url or self.url, f"could not read bytes {a}-{b}") from d
             datas[i] = ranged(d, a, b, url or self.url)
         return [datas[span][at : at + n] for (span, at), n in zip(where, sizes)]
+
+    def page_bytes(self, starts: list[int], ends: list[int]) -> list[bytes]:
+        """The bytes of the scanned file's ranges ``starts[i]:ends[i]`` for its index's pages, not recorded:
+        from the cache where it holds them (remote), the rest read in one round trip."""
+        out: list[bytes | None] = [None] * len(starts)
+        if self.cache is not None:
+            out = [self.cache.bytes_of(a, b) for a, b in zip(starts, ends)]
+        todo = [i for i, d in enumerate(out) if d is None]
+        if todo:
+            pause = self.recorder.paused() if self.recorder is not None else nullcontext()
+            with pause:
+                datas = self.read_many(None, [starts[i] for i in todo], [ends[i] - starts[i] for i in todo])
+            for i, d in zip(todo, datas):
+                out[i] = d
+        return [d or b"" for d in out]
 
 
 def read_local(path: str, spans: list[tuple[int, int]]) -> list[bytes]:
@@ -191,8 +211,13 @@ def open_source(
     url: str | os.PathLike,
     storage_options: dict[str, Any] | None = None,
     cache: CacheOptions | None = None,
+    recorder: ReadRecorder | None = None,
 ) -> Iterator[Source]:
-    """Open ``url`` for scanning; the yielded Source's ``h5`` is an ``h5py.File``."""
+    """Open ``url`` for scanning; the yielded Source's ``h5`` is an ``h5py.File``.
+
+    ``recorder``: note every byte range read from the file (for the pages of its index);
+    a local file is then read through a recording file object instead of by path.
+    """
     import h5py
 
     url = os.fspath(url)
@@ -202,14 +227,20 @@ def open_source(
         fs, path = urls.filesystem(path)
         info = file_info(fs, path)
         _check_signature_local(path, info["size"])
+        local = LocalFile(path, recorder) if recorder is not None else None
         try:
-            h5 = h5py.File(path, "r")
+            h5 = h5py.File(local if local is not None else path, "r")
         except OSError as e:
+            if local is not None:
+                local.close()
             raise NotHDF5Error(f"h5py cannot open it: {e}", file=path) from e
         try:
-            yield Source(h5=h5, url=path, size=info["size"], protocol="file", info=info, fs=fs, path=path)
+            yield Source(h5=h5, url=path, size=info["size"], protocol="file", info=info, fs=fs, path=path,
+                         recorder=recorder, local=local)
         finally:
             h5.close()
+            if local is not None:
+                local.close()
         return
 
     fs, path = filesystem_of(url, storage_options)
@@ -221,17 +252,18 @@ def open_source(
         stats.round_trips, stats.requests, stats.bytes_fetched = 1, 2, len(ends[0]) + len(ends[1])
         stats.seconds = time.perf_counter() - t0
     raw = BlockCache(fs, path, info["size"], cache, stats, ends=ends)
+    raw.recorder = recorder
     if not has_hdf5_signature(lambda off, n: raw.read_range(off, off + n), raw.size):
         raise NotHDF5Error(f"not an HDF5 file: {describe(raw.read_range(0, 64))}", file=url)
     try:
         h5 = h5py.File(raw, "r")
     except OSError as e:
         raise NotHDF5Error(f"h5py cannot open it: {e}", file=url) from e
-    if raw.opts.prefetch_metadata:
+    if raw.opts.prefetch_metadata:  # libhdf5's reads in it are recorded, its own parsing (peek) is not
         prefetch_tree(h5, raw)
     try:
         yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path,
-                     storage_options=storage_options, cache=raw)
+                     storage_options=storage_options, cache=raw, recorder=recorder)
     finally:
         h5.close()
 

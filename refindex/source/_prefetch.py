@@ -42,11 +42,13 @@ class Walker:
     def __init__(self, raw, so: int, sl: int):
         self.raw = raw
         self.so, self.sl = so, sl
+        self.read = getattr(raw, "peek", None) or raw.read_range  # guesses: not what the scan read
 
     @classmethod
     def for_file(cls, raw) -> "Walker | None":
         """None unless the file starts with a superblock we understand (no user block)."""
-        sb = raw.read_range(0, 16)
+        sb = getattr(raw, "peek", None) or raw.read_range
+        sb = sb(0, 16)
         if len(sb) < 16 or sb[:8] != _SIG:
             return None
         so, sl = (sb[13], sb[14]) if sb[8] in (0, 1) else (sb[9], sb[10]) if sb[8] in (2, 3) else (0, 0)
@@ -76,7 +78,7 @@ class Walker:
                 for a in _valid([_u(d, 0, self.so)])]
 
     def _messages(self, addr: int, follow: bool = True) -> list[tuple[int, bytes]]:
-        pre = self.raw.read_range(addr, addr + 16)
+        pre = self.read(addr, addr + 16)
         if len(pre) < 16 or pre[0] != 1:  # version 2 headers ("OHDR"): not parsed, no hints
             return []
         nmsg, size = _u(pre, 2, 2) or 0, _u(pre, 8, 4) or 0
@@ -84,7 +86,7 @@ class Walker:
         out: list[tuple[int, bytes]] = []
         while blocks and len(out) < nmsg and len(blocks) < 64:
             start, length = blocks.pop(0)
-            body = self.raw.read_range(start, start + length)
+            body = self.read(start, start + length)
             off = 0
             while off + 8 <= len(body) and len(out) < nmsg:
                 mtype, msize = _u(body, off, 2) or 0, _u(body, off + 2, 2) or 0
@@ -99,18 +101,18 @@ class Walker:
 
     def btree_children(self, addr: int, key_size: int) -> tuple[int, list[int]]:
         """(node level, child addresses) of a version 1 B-tree node, or (-1, [])."""
-        head = self.raw.read_range(addr, addr + 8)
+        head = self.read(addr, addr + 8)
         if head[:4] != b"TREE":
             return -1, []
         level, used = head[5], _u(head, 6, 2) or 0
         start = addr + 8 + 2 * self.so
-        body = self.raw.read_range(start, start + used * (key_size + self.so) + key_size)
+        body = self.read(start, start + used * (key_size + self.so) + key_size)
         kids = [_u(body, i * (key_size + self.so) + key_size, self.so) for i in range(used)]
         return level, _valid(kids)
 
     def heap_data(self, addr: int) -> list[int]:
         """Data segment of a local heap (its names live there)."""
-        h = self.raw.read_range(addr, addr + 8 + 2 * self.sl + self.so)
+        h = self.read(addr, addr + 8 + 2 * self.sl + self.so)
         if h[:4] != b"HEAP":
             return []
         return _valid([_u(h, 8 + 2 * self.sl, self.so)])

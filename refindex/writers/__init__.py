@@ -8,14 +8,23 @@ format 3 is (:mod:`refindex.writers.v3`: ``zarr.json`` per node, chunk keys ``c/
 written as JSON or parquet by the same machinery).
 """
 
-from ._atomic import atomic_file, atomic_folder, atomic_write_bytes, check_writable, output_error, remove_leftovers
-from ._json import STREAM_BLOCK, dumps, format_rows, write_json, write_json_stream
-from ._parquet import DEFAULT_RECORD_SIZE, ZMETADATA, array_records, metadata_document, write_parquet
-from ._refs import (FORMAT_VERSION, chunk_refs, consolidated, head_refs, metadata_items, metadata_json, prefix_of,
-                    to_refs, url_templates, zarray)
-from . import icechunk, v3
+from ..lazy import attribute_loader
 
-__all__ = ["DEFAULT_RECORD_SIZE", "FORMAT_VERSION", "STREAM_BLOCK", "ZMETADATA", "array_records", "atomic_file",
-           "atomic_folder", "atomic_write_bytes", "check_writable", "chunk_refs", "consolidated", "dumps", "format_rows", "head_refs",
-           "metadata_document", "metadata_items", "metadata_json", "output_error", "prefix_of", "remove_leftovers", "to_refs",
-           "url_templates", "icechunk", "v3", "write_json", "write_json_stream", "write_parquet", "zarray"]
+# Loaded on first use: a reader of an index's pages needs none of the writers.
+_WHERE = {
+    "atomic_file": "_atomic", "atomic_folder": "_atomic", "atomic_write_bytes": "_atomic",
+    "remove_leftovers": "_atomic", "check_writable": "_atomic", "output_error": "_atomic",
+    "STREAM_BLOCK": "_json", "dumps": "_json", "format_rows": "_json", "write_json": "_json",
+    "write_json_stream": "_json",
+    "PAGES_FORMAT": "_pages", "encoded_size": "_pages", "pages_document": "_pages", "pages_of_document": "_pages",
+    "DEFAULT_RECORD_SIZE": "_parquet", "ZMETADATA": "_parquet", "array_records": "_parquet",
+    "metadata_document": "_parquet", "write_parquet": "_parquet",
+    "FORMAT_VERSION": "_refs", "chunk_refs": "_refs", "consolidated": "_refs", "head_refs": "_refs",
+    "metadata_items": "_refs", "metadata_json": "_refs", "prefix_of": "_refs", "to_refs": "_refs",
+    "url_templates": "_refs", "zarray": "_refs",
+    "icechunk": "icechunk:", "v3": "v3:",
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__ = attribute_loader(__name__, _WHERE)

@@ -29,6 +29,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..model import ArrayNode, Tree, key_of
 from ._atomic import atomic_folder
+from ._pages import with_pages
 from ._refs import FORMAT_VERSION, metadata_items, metadata_json, url_templates
 
 DEFAULT_RECORD_SIZE = 100_000
@@ -177,7 +178,8 @@ def metadata_document(tree: Tree, record_size: int) -> dict[str, Any]:
         "metadata": meta,
         "record_size": int(record_size),
         "zarr_consolidated_format": 1,
-        "refindex": {"format": "parquet", "version": FORMAT_VERSION, "templates": url_templates(tree), **prov},
+        "refindex": with_pages({"format": "parquet", "version": FORMAT_VERSION, "templates": url_templates(tree),
+                                **prov}, tree.pages),
     }
 
 

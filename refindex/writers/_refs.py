@@ -11,6 +11,7 @@ import json
 from typing import Any, Iterator
 
 from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree, key_of
+from ._pages import with_pages
 
 FORMAT_VERSION = 1
 
@@ -123,5 +124,6 @@ def head_refs(tree: Tree, *, consolidate: bool = True) -> RefsDocument:
     if consolidate:
         refs[".zmetadata"] = metadata_json(consolidated(meta))
     out: RefsDocument = {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs}
-    out["refindex"] = tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {})
+    out["refindex"] = with_pages(tree.provenance | ({"skipped": tree.skipped} if tree.skipped else {}), tree.pages,
+                                 tree)  # a JSON index: holes filled from its own inline chunks
     return out

@@ -14,7 +14,12 @@ concurrent writers all land, one after the other, or fail with
 :class:`~refindex.errors.RefindexError` naming the conflict — never half-written.
 
 Provenance lives in the commit metadata (``{"refindex": {"groups": {"/g": provenance}}}``)
-because Icechunk holds zarr keys only, and the group's own attributes are the file's.
+because Icechunk holds zarr keys only, and the group's own attributes are the file's.  The
+index's pages (:mod:`refindex.writers._pages`: up to a few MB) would make every later reader
+of the ancestry load them: they are an object of their own in the repository's folder,
+``refindex-pages/<sha256>.json``, written before the commit and named (with its digest) in
+the group's record.  Named by content, it is never overwritten with other bytes; a failed
+commit leaves an unnamed object, which nothing reads.
 icechunk is imported inside the functions: ``import refindex`` never loads it.
 """
 
@@ -32,14 +37,16 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError
-from ..model import ChunkTable, Tree
+from ..model import ChunkTable, Pages, Tree
 from . import v3
+from ._pages import pages_document
 
 DENSE_SHARE = 0.25  # chunk tables filling at least this share of their grid go in as whole columns
 DENSE_MAX = 1 << 26  # ... unless the grid is larger than this (then in batches of chunk specs)
 BATCH = 50_000  # chunk specs or native keys per call
 TRIES = 4  # whole-write attempts when a concurrent commit conflicts
 FORMAT = "icechunk"
+PAGES_FOLDER = "refindex-pages"
 
 
 # ---------------------------------------------------------------------- where things are
@@ -346,9 +353,51 @@ def write_tree(store: Any, tree: Tree, group: str, *, parents: bool = True) -> d
             "inline_chunks": len(chunks), "inline_bytes": sum(len(d) for _, d in chunks)}
 
 
-def group_record(tree: Tree, counts: dict[str, int]) -> dict[str, Any]:
-    """What a commit records of one group: the index's provenance, the containers it reads, its counts."""
-    return v3.provenance(tree) | {"containers": sorted(prefixes_of(tree)), "counts": dict(counts)}
+def group_record(tree: Tree, counts: dict[str, int], pages: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a commit records of one group: the index's provenance, the containers it reads, its counts,
+    and where its pages are (``pages``: what :func:`write_pages` returned)."""
+    record = {k: v for k, v in v3.provenance(tree).items() if k != "pages"}
+    return record | {"containers": sorted(prefixes_of(tree)), "counts": dict(counts)} | (
+        {"pages": pages} if pages else {})
+
+
+def write_pages(repo: str, storage_options: dict[str, Any] | None, pages: Pages | None) -> dict[str, Any] | None:
+    """Store ``pages`` as an object of their own in the repository (see the module docstring);
+    what the group's record names: ``{"object", "sha256", "bytes"}``.  None when there are none."""
+    if pages is None:
+        return None
+    import hashlib
+
+    data = json.dumps(pages_document(pages), sort_keys=True).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"{PAGES_FOLDER}/{digest}.json"
+    fs, root = urls.filesystem(repo, storage_options)
+    where = root.rstrip("/") + "/" + name
+    try:
+        if not fs.exists(where):
+            if urls.is_local(repo):
+                os.makedirs(os.path.dirname(where), exist_ok=True)
+            fs.pipe_file(where, data)
+    except Exception as e:  # noqa: BLE001 - any backend's failure to write
+        raise RefindexError(f"cannot write the index's pages into the repository: {e}", file=repo) from e
+    return {"object": name, "sha256": digest, "bytes": len(data)}
+
+
+def read_pages(repo: str, storage_options: dict[str, Any] | None, named: dict[str, Any]) -> dict[str, Any]:
+    """The pages document a group's record names (``named``), checked against its digest."""
+    import hashlib
+
+    fs, root = urls.filesystem(repo, storage_options)
+    name = str(named.get("object") or "")
+    if not name.startswith(PAGES_FOLDER + "/") or ".." in name:
+        raise RefindexError(f"the record names pages outside {PAGES_FOLDER}/: {name!r}", file=repo)
+    try:
+        data = fs.cat_file(root.rstrip("/") + "/" + name)
+    except Exception as e:  # noqa: BLE001
+        raise RefindexError(f"cannot read the index's pages ({name}): {e}", file=repo) from e
+    if hashlib.sha256(data).hexdigest() != named.get("sha256"):
+        raise RefindexError(f"the index's pages ({name}) do not match their digest", file=repo)
+    return json.loads(data)
 
 
 def commit_message(records: dict[str, dict[str, Any]], version: str) -> str:
@@ -396,6 +445,7 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
 
     group = "/" + target.base
     repo = open_repository(target, prefixes_of(tree))
+    pages = write_pages(target.repo, target.storage_options, tree.pages)
     for attempt in range(TRIES):
         session = writable_session(repo, target)
         try:
@@ -404,7 +454,7 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
             raise RefindexError(e.reason, file=tree.url, path=e.path) from e
         except ic.IcechunkError as e:
             raise RefindexError(f"Icechunk refused the write: {said(e)}", file=tree.url) from e
-        records = {group: group_record(tree, counts)}
+        records = {group: group_record(tree, counts, pages)}
         try:
             snapshot = commit(session, records, version, target.repo)
             break

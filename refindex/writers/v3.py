@@ -40,6 +40,7 @@ from ..codecs import BYTESWAP, OBJECT_CODECS, NoV3Codec, codec_names, dtype_of, 
 from ..model import V3_KEYS, ArrayNode, ChunkTable, RefsDocument, Tree, inline_rows, key_of
 from ._json import STREAM_BLOCK, write_json_stream
 from ._parquet import write_parquet as write_parquet_records
+from ._pages import with_pages
 from ._refs import FORMAT_VERSION, chunk_refs, metadata_json, url_templates
 
 ZARR_FORMAT = 3
@@ -312,13 +313,14 @@ def hierarchy(tree: Tree) -> Hierarchy:
     return Hierarchy(documents(tree), arrays)
 
 
-def provenance(tree: Tree) -> dict[str, Any]:
-    """The index's ``refindex`` section: the Tree's provenance, the format, what was skipped."""
+def provenance(tree: Tree, *, holes: bool = False) -> dict[str, Any]:
+    """The index's ``refindex`` section: the Tree's provenance, the format, what was skipped, the pages
+    (``holes``: for a JSON index, which fills them from its own inline chunks)."""
     prov = dict(tree.provenance)
     prov["zarr_format"] = ZARR_FORMAT
     if tree.skipped:
         prov["skipped"] = tree.skipped
-    return prov
+    return with_pages(prov, tree.pages, tree if holes else None)
 
 
 def head_refs(tree: Tree) -> RefsDocument:
@@ -328,7 +330,8 @@ def head_refs(tree: Tree) -> RefsDocument:
     for key, doc in docs.items():
         if key:
             refs[key + "/zarr.json"] = metadata_json(doc)
-    return {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs, "refindex": provenance(tree)}
+    return {"version": FORMAT_VERSION, "templates": url_templates(tree), "refs": refs,
+            "refindex": provenance(tree, holes=True)}
 
 
 def to_refs(tree: Tree) -> RefsDocument:

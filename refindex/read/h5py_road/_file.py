@@ -1,0 +1,294 @@
+"""The file object libhdf5 reads through on the h5py road.
+
+h5py's file-object driver calls ``seek``/``readinto`` for every read libhdf5 makes.  Each
+read is served, in this order:
+
+1. from the index's pages (the metadata the scan read: opening objects, attributes,
+   small values) — no request;
+2. from chunks fetched ahead (:class:`ReadAhead`): when a read is a chunk the index knows,
+   that chunk is fetched and, in the same round trip, the chunks libhdf5 will ask for
+   next (the following ones of that array, or every ``stride``-th when the reads skip),
+   a window that doubles while the reads keep in step, so decoding overlaps the transfer;
+3. from the nodes of a chunk index too large to carry in the pages: all of its nodes are
+   fetched in one round trip the first time a read needs one of them;
+4. otherwise from the source: large reads as they are (in parts side by side), small ones
+   through the block cache scans use (a block and the blocks after it).
+
+Everything fetched goes through :mod:`refindex.source` (retries, counts).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from bisect import bisect_right, insort
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import SourceError
+from ...model import Pages
+from ...options import CacheOptions
+from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
+from ._chunks import ChunkMap, ChunkRun
+from ._served import PageMap
+
+FIRST_AHEAD = 4 << 20  # bytes fetched ahead beside an array's first chunk read
+MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
+DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
+INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
+BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
+READS_ELSEWHERE = ("libhdf5 reads these virtual datasets from other files, which h5py's file-object driver cannot "
+                   "open: here they read as fill values (or with no elements, where a mapping is unlimited). "
+                   "refindex.open reads them through the index")
+EXTERNAL_LINKS = ("h5py's file-object driver cannot follow an external link: libhdf5 would look for the target "
+                  "inside this same file (or recurse until it fails). Open the linked file with "
+                  "refindex.h5py_file itself, or read with refindex.open_nwb(..., reader='zarr'), which follows "
+                  "external links through the linked files' indexes")
+
+
+@dataclass
+class RoadStats:
+    """What the file object served from where (tests and benchmarks count requests here)."""
+
+    reads: int = 0
+    from_pages: int = 0
+    from_ahead: int = 0
+    from_source: int = 0
+    fetch: ReadStats = field(default_factory=ReadStats)
+    missed: list[tuple[int, int]] = field(default_factory=list)  # the first reads the source served
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reads": self.reads, "from_pages": self.from_pages, "from_ahead": self.from_ahead,
+                "from_source": self.from_source, **self.fetch.as_dict()}
+
+
+@dataclass
+class _Lane:
+    """One array's read-ahead: where it stands and how far it looks."""
+
+    last: int = -1
+    stride: int = 1
+    frontier: int = 0  # the next chunk not scheduled yet
+    window: int = FIRST_AHEAD
+
+
+class ReadAhead:
+    """Chunks fetched before libhdf5 asks for them (see the module docstring)."""
+
+    def __init__(self, fetcher: RangeFetcher, chunks: ChunkMap):
+        self.fetcher = fetcher
+        self.chunks = chunks
+        self.starts: list[int] = []  # buffered chunk starts, sorted
+        self.buffers: dict[int, tuple[int, Future, int, int, str, int]] = {}  # start -> (end, fut, span, at, path, k)
+        self.held = 0
+        self.lanes: dict[str, _Lane] = {}
+
+    def read(self, start: int, end: int) -> bytes | None:
+        """The bytes ``start:end`` when they are (or can be) read ahead; None: not a known chunk."""
+        hit = self._buffered(start, end)
+        if hit is not None:
+            data, path, k = hit
+            self._advance(path, k)
+            return data
+        found = self.chunks.find(start, end)
+        if found is None:
+            return None
+        run, k = found
+        lane = self.lanes.setdefault(run.path, _Lane())
+        self._step(lane, k)
+        lane.frontier = k + lane.stride
+        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))])
+        self._schedule(run, lane)
+        return own.result()[0][: end - start]
+
+    def _buffered(self, start: int, end: int) -> tuple[bytes, str, int] | None:
+        i = bisect_right(self.starts, start) - 1
+        if i < 0:
+            return None
+        b_start = self.starts[i]
+        b_end, fut, span, at, path, k = self.buffers[b_start]
+        if end > b_end:
+            return None
+        try:
+            whole = fut.result()[span]
+        except Exception:  # noqa: BLE001 - a failed read-ahead: the read goes to the source, which reports errors
+            self._drop(b_start)
+            return None
+        if start == b_start and end == b_end:  # libhdf5 read the chunk: it will not ask again
+            self._drop(b_start)
+        lo = at + start - b_start
+        return whole[lo: lo + end - start], path, k
+
+    def _drop(self, start: int) -> None:
+        end = self.buffers.pop(start)[0]
+        self.starts.remove(start)
+        self.held -= end - start
+
+    def _step(self, lane: _Lane, k: int) -> None:
+        if lane.last >= 0 and k > lane.last:
+            stride = k - lane.last
+            if stride != lane.stride:
+                lane.stride, lane.window = stride, FIRST_AHEAD
+            else:
+                lane.window = min(MAX_AHEAD, 2 * lane.window)
+        lane.last = k
+
+    def _advance(self, path: str, k: int) -> None:
+        lane = self.lanes.get(path)
+        run = self.chunks.runs.get(path)
+        if lane is None or run is None:
+            return
+        self._step(lane, k)
+        scheduled = int(run.sizes[k + lane.stride: lane.frontier: lane.stride].sum())
+        if scheduled < lane.window // 2:
+            self._schedule(run, lane)
+
+    def _schedule(self, run: ChunkRun, lane: _Lane) -> None:
+        """Start fetching the next ``lane.window`` bytes of chunks, from ``lane.frontier`` on."""
+        n = len(run.offsets)
+        picks: list[int] = []
+        total = 0
+        k = lane.frontier
+        while 0 <= k < n and total < lane.window and self.held + total < BUFFER_MAX:
+            if int(run.offsets[k]) not in self.buffers:
+                picks.append(k)
+                total += int(run.sizes[k])
+            k += lane.stride
+        lane.frontier = k
+        if not picks:
+            return
+        offsets = [int(run.offsets[i]) for i in picks]
+        sizes = [int(run.sizes[i]) for i in picks]
+        spans, where = merge_ranges(offsets, sizes, max_gap=64 << 10, max_span=MAX_AHEAD)
+        fut = self.fetcher.start(spans)
+        for i, o, n_, (span, at) in zip(picks, offsets, sizes, where):
+            self.buffers[o] = (o + n_, fut, span, at, run.path, i)
+            insort(self.starts, o)
+            self.held += n_
+
+
+class IndexedFile(io.RawIOBase):
+    """A read-only file for h5py's file-object driver: pages first, then the source (module docstring)."""
+
+    def __init__(self, name: str, size: int, pages: Pages | None, fetcher: RangeFetcher,
+                 chunks: ChunkMap | None = None, cache: CacheOptions | None = None):
+        super().__init__()
+        self.name = name
+        self.size = int(size)
+        self.pos = 0
+        self.pages = PageMap(pages)
+        self.fetcher = fetcher
+        self.stats = RoadStats(fetch=fetcher.stats)
+        self.ahead = ReadAhead(fetcher, chunks or ChunkMap({}, None))
+        self._index_ranges = dict(pages.index_ranges) if pages is not None else {}
+        self._fetched_index = PageMap(None)
+        self._fetched: list[tuple[int, int, bytes]] = []
+        self._cache: BlockCache | None = None
+        self._cache_options = cache or CacheOptions(first_read=0, tail_read=0, whole_file_max=0,
+                                                    prefetch_metadata=False)
+        self._lock = threading.Lock()
+        # libhdf5 asks for the end of the file (seek to the end) only while it opens a file; once
+        # this one is open, that means an external link is being followed through it (see
+        # EXTERNAL_LINKS): refused, so the link fails loudly instead of resolving into this file.
+        self.refuse_reopen = bool(pages is not None and pages.external_links)
+        self.opened = False
+
+    def __repr__(self) -> str:
+        return self.name  # libhdf5 names the file after it: a local file's external links resolve beside it
+
+    # io.RawIOBase --------------------------------------------------------------
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == 2 and self.opened and self.refuse_reopen:
+            raise OSError(EXTERNAL_LINKS)
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
+        return self.pos
+
+    def readinto(self, b) -> int:
+        start = self.pos
+        end = min(self.size, start + len(b))
+        if end <= start:
+            return 0
+        data = self.read_range(start, end)
+        n = len(data)
+        b[:n] = data
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self.fetcher.close()
+        super().close()
+
+    # serving ---------------------------------------------------------------------
+    def read_range(self, start: int, end: int) -> bytes | memoryview:
+        self.stats.reads += 1
+        data = self.pages.get(start, end)
+        if data is not None:
+            self.stats.from_pages += 1
+            return data
+        with self._lock:
+            data = self.ahead.read(start, end)
+            if data is not None:
+                self.stats.from_ahead += 1
+                return data
+            self.stats.from_source += 1
+            if len(self.stats.missed) < 100:
+                self.stats.missed.append((start, end))
+            return self._from_source(start, end)
+
+    def _from_source(self, start: int, end: int) -> bytes:
+        data = self._from_left_out_index(start, end)
+        if data is not None:
+            return data
+        if self.fetcher.local or end - start >= DIRECT_ABOVE:
+            return self.fetcher.fetch([(start, end)])[0]
+        if self._cache is None:
+            self._cache = BlockCache(self.fetcher.fs, self.fetcher.path, self.size, self._cache_options,
+                                     self.fetcher.stats)
+        return self._cache.read_range(start, end)
+
+    def _from_left_out_index(self, start: int, end: int) -> bytes | None:
+        """A node of a chunk index the pages left out: that whole index fetched once, then served."""
+        for lo, hi, data in self._fetched:
+            if lo <= start and end <= hi:
+                return data[start - lo: end - lo]
+        for path, (starts, ends) in list(self._index_ranges.items()):
+            i = int(np.searchsorted(starts, start, side="right")) - 1
+            if i < 0 or end > int(ends[i]):
+                continue
+            del self._index_ranges[path]
+            keep = self._nearest(starts, ends, i)
+            spans, _ = merge_ranges(starts[keep].tolist(), (ends[keep] - starts[keep]).tolist(), max_gap=64 << 10)
+            for (a, b), data in zip(spans, self.fetcher.fetch(spans)):
+                self._fetched.append((a, b, data))
+            return self._from_left_out_index(start, end)
+        return None
+
+    @staticmethod
+    def _nearest(starts: np.ndarray, ends: np.ndarray, i: int) -> np.ndarray:
+        """The index nodes fetched together: all of them up to INDEX_FETCH_MAX bytes, else those
+        nearest to node ``i``."""
+        sizes = ends - starts
+        if int(sizes.sum()) <= INDEX_FETCH_MAX:
+            return np.arange(len(starts))
+        mean = max(1, int(sizes.mean()))
+        half = max(1, INDEX_FETCH_MAX // mean // 2)
+        return np.arange(max(0, i - half), min(len(starts), i + half))
+
+
+def check_size(name: str, size: int, pages: Pages | None) -> None:
+    """The pages were made from a file of another size: the index does not describe this file."""
+    if pages is not None and pages.file_size != size:
+        raise SourceError(f"the index's pages describe a file of {pages.file_size} bytes, not {size}", file=name)

@@ -1,0 +1,228 @@
+"""``refindex.h5py_file``: a real, read-only ``h5py.File`` whose metadata comes from an index.
+
+An index is read once (:func:`prepared`), checked against its source before any page is
+served, and becomes a :class:`Road` (the HDF5 file, its size, the pages, the chunk tables);
+:func:`open_road` gives libhdf5 the file object over it.  ``open_nwb`` shares these steps to
+choose its reader without reading the index twice.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ... import urls
+from ...errors import RefindexError, RefindexWarning
+from ...model import Pages
+from ...source import RangeFetcher
+from ...model import V3_KEYS, key_of
+from ...writers import pages_of_document
+from .._load import CacheSetting, parquet_metadata
+from .._open import ReadOptions, opened_icechunk, prepare_unchecked
+from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
+from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
+
+
+@dataclass
+class Road:
+    """What the h5py road needs of an index: the file its pages describe, the pages, its chunk tables."""
+
+    url: str  # the HDF5 file
+    size: int
+    pages: Pages | None
+    loader: TableLoader | None
+    options: dict[str, Any]  # storage options to reach the file
+
+    @property
+    def external_links(self) -> int:
+        return self.pages.external_links if self.pages is not None else 0
+
+
+@dataclass
+class Prepared:
+    """An index as loaded, before its road is taken: its provenance (where the pages are) and how to go on."""
+
+    prov: dict[str, Any]
+    pages_doc: Any  # the pages' JSON form, or None
+    loader: TableLoader | None
+    options: dict[str, Any]
+    label: str
+    own: str | None
+    check: Callable[[], None]  # the freshness check, run before any page is served
+    loaded: Any = None  # the index as read_options' reader has it (zarr road)
+    read_options: ReadOptions | None = None
+    icechunk: Any = None
+    inline: InlineBytes | None = None  # a JSON index's inline chunks: the pages' holes are filled from them
+
+    @property
+    def external_links(self) -> bool:
+        """Does the file link into other files?  (From the pages; an index without them: its links.)"""
+        if isinstance(self.pages_doc, dict) and "external_links" in self.pages_doc:
+            return bool(self.pages_doc["external_links"])
+        if isinstance(self.loaded, dict):
+            from ...model import external_sources
+
+            return bool(external_sources(self.loaded))
+        return False
+
+    def road(self) -> Road:
+        self.check()
+        return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own, self.inline)
+
+
+def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
+              remote_options: dict[str, Any] | None = None, check_source: bool = True, cache: CacheSetting = True,
+              allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
+              branch: str | None = None, snapshot: str | None = None) -> Any:
+    """A read-only ``h5py.File`` of the HDF5 file an index describes, opened from the index's pages.
+
+    ``target``: an index (dict, JSON path/URL, parquet folder, Icechunk repository with
+    ``group``/``branch``/``snapshot``) or the HDF5 file itself (local path or URL: scanned
+    on the fly, or found in the local index ``cache``, as :func:`refindex.open_nwb` does).
+    libhdf5 reads the metadata the index carries (its pages: no request); other bytes come
+    by range requests from the file, through refindex's source layer (retries, a block cache
+    for small reads, the chunks libhdf5 will ask for next fetched ahead, concurrently).
+
+    It is a real ``h5py.File`` (h5py's file-object driver): unchanged h5py code, pynwb's
+    ``NWBHDF5IO(file=...)``, nwbinspector or dandi-cli read it as they read any file.  The
+    index is checked against its source (``check_source``) before any page is served.
+    ``storage_options`` reach the index (or the HDF5 file given directly),
+    ``remote_options`` the file an index describes (default: ``storage_options``); the
+    other keywords are those of :func:`refindex.open`.  An index without pages (made with
+    ``pages=False`` or by another tool) still works: every metadata read is then a request.
+    External links cannot be followed through h5py's file-object driver: a file that has
+    some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
+    """
+    return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
+                              check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                              group=group, branch=branch, snapshot=snapshot).road())
+
+
+def open_road(road: Road) -> Any:
+    """The ``h5py.File`` over ``road`` (``f.refindex_file``: the file object, with its ``stats``)."""
+    import h5py
+
+    fetcher = RangeFetcher(road.url, road.options)
+    chunks = ChunkMap(road.pages.extents if road.pages is not None else {}, road.loader)
+    fh = IndexedFile(road.url, road.size, road.pages, fetcher, chunks)
+    try:
+        f = h5py.File(fh, "r")
+    except OSError as e:
+        fh.close()
+        raise RefindexError(f"h5py cannot open it through the index: {e}", file=road.url) from e
+    f.refindex_file = fh
+    fh.opened = True
+    if road.external_links:
+        warnings.warn(f"{road.url} has {road.external_links} external link(s): {EXTERNAL_LINKS}", RefindexWarning,
+                      stacklevel=3)
+    elsewhere = road.pages.reads_elsewhere if road.pages is not None else []
+    if elsewhere:
+        warnings.warn(f"{road.url}: {', '.join(elsewhere[:5])}{' ...' if len(elsewhere) > 5 else ''}: "
+                      f"{READS_ELSEWHERE}", RefindexWarning, stacklevel=3)
+    return f
+
+
+def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
+             check_source: bool, cache: CacheSetting, allowed_urls: Sequence[str] | None, trust: bool,
+             group: str | None, branch: str | None, snapshot: str | None,
+             accept: Callable[[Any], None] | None = None) -> Prepared:
+    """The index of ``target`` read once (the HDF5 file scanned or found in the cache first); its
+    freshness check runs when the road is taken (:meth:`Prepared.road`).  ``accept(index)`` may
+    refuse the index of an HDF5 input before it is cached (``open_nwb``: not an NWB file)."""
+    ic = opened_icechunk(target, storage_options=storage_options, remote_options=remote_options, group=group,
+                         branch=branch, snapshot=snapshot, check_source=check_source)  # checked here
+    if ic is not None:
+        from ...writers.icechunk import read_pages
+
+        record = ic.record()
+        named = record.get("pages")
+        doc = read_pages(ic.repository, ic.storage_options, named) if named else None
+        so = ic.source_options if ic.source_options is not None else (ic.storage_options or {})
+        return Prepared(record, doc, None, so, ic.label, None, lambda: None, icechunk=ic)
+    opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
+                          cache=cache, allowed_urls=allowed_urls, trust=trust)
+    loaded, opts, check = prepare_unchecked(target, opts, accept=accept)
+    so = dict(opts.remote_options if opts.remote_options is not None else opts.storage_options or {})
+    label = "index" if isinstance(target, dict) else os.fspath(target)
+    if isinstance(loaded, dict):
+        prov = loaded.get("refindex") or {}
+        own = (loaded.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
+        return Prepared(prov, prov.get("pages"), json_loader(loaded, own) if own else None, so, label, own, check,
+                        loaded, opts, inline=json_inline_items(loaded))
+    prov = parquet_metadata(loaded, opts.storage_options).get("refindex") or {}
+
+    def fresh() -> None:  # a parquet index keeps its provenance in .zmetadata
+        if check_source:
+            from ..freshness import check_source as check_against  # refindex.read.check_source
+
+            check_against({"refindex": prov}, storage_options=opts.remote_options)
+
+    own = (prov.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
+    return Prepared(prov, prov.get("pages"), parquet_loader(loaded, opts.storage_options, own) if own else None, so,
+                    os.fspath(loaded), own, fresh, loaded, opts)
+
+
+def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: dict[str, Any], label: str,
+          own: str | None = None, inline: InlineBytes | None = None) -> Road:
+    source = prov.get("source") or {}
+    url = own or source.get("url")
+    if not url:
+        raise RefindexError("the index does not say which HDF5 file it describes (no templates or source)",
+                            file=label)
+    pages = pages_of_document(doc, file=label, inline=inline) if doc else None
+    size = source.get("size") if source.get("url") in (None, url) else None
+    if size is None:
+        size = pages.file_size if pages is not None else _size_of(url, options)
+    check_size(url, int(size), pages)
+    return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options)
+
+
+InlineBytes = Callable[[str, str, int], "bytes | None"]
+
+
+def json_inline_items(refs: dict[str, Any]) -> InlineBytes:
+    """A JSON index's inline chunks (item -1) and the items of its variable-length ones, by array path,
+    model chunk key and item: what fills the holes of its pages."""
+    import base64
+    import json
+
+    from ...codecs import v2_pipeline, vlen_chunk_items
+
+    body = refs.get("refs") if "version" in refs else refs
+    v3 = "zarr.json" in body
+    decoded: dict[tuple[str, str], list[bytes] | None] = {}
+
+    def chunk(path: str, key: str) -> tuple[bytes | None, Any, Any]:
+        prefix = key_of(path) + "/" if key_of(path) else ""
+        meta = json.loads(body.get(prefix + ("zarr.json" if v3 else ".zarray")) or "null")
+        if not isinstance(meta, dict):
+            return None, None, None
+        if v3:
+            filters, compressor = v2_pipeline(meta.get("codecs") or [])
+            key = V3_KEYS.of_model_key(key, len(meta.get("shape") or ()))
+        else:
+            filters, compressor = meta.get("filters"), meta.get("compressor")
+        value = body.get(prefix + key)
+        if not isinstance(value, str) or not value.startswith("base64:"):
+            return None, None, None
+        return base64.standard_b64decode(value[7:]), filters, compressor
+
+    def inline(path: str, key: str, item: int) -> bytes | None:
+        if item < 0:
+            return chunk(path, key)[0]
+        if (path, key) not in decoded:
+            raw, filters, compressor = chunk(path, key)
+            decoded[path, key] = vlen_chunk_items(raw, filters, compressor) if raw is not None else None
+        items = decoded[path, key]
+        return items[item] if items is not None and item < len(items) else None
+
+    return inline
+
+
+def _size_of(url: str, options: dict[str, Any]) -> int:
+    from ...source import stat
+
+    return int(stat(url, options)["size"])

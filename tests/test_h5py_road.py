@@ -1,0 +1,356 @@
+"""The h5py road (issue #23): a real ``h5py.File`` whose metadata comes from the index's pages.
+
+Consumers decide: unchanged pynwb ``NWBHDF5IO`` over ``refindex.h5py_file`` reads every NWB
+file of the suite equal, field by field, to ``NWBHDF5IO`` on the file; h5py sees every
+corpus file as it sees the file itself (every link, dataset, attribute and reference: in
+tests/test_corpus.py, over the index that test makes anyway);
+nwbinspector reports the same; dandi-cli's ``isinstance`` checks hold.  Remote: a loopback
+HTTP server (Range, ETag, Last-Modified) that logs every request, and moto's S3 server.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import http.server
+import json
+import os
+import threading
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import refindex
+
+import nwbcompare  # noqa: E402
+from h5compare import assert_same_h5  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def index(path, **kw) -> dict:
+    """refindex.scan through a JSON round trip (what a reader of the JSON file gets)."""
+    return json.loads(json.dumps(refindex.scan(str(path), **kw), allow_nan=True))
+
+
+def stats(f: h5py.File):
+    return f.refindex_file.stats
+
+
+def nwb_read(**kw):
+    import pynwb
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        io = pynwb.NWBHDF5IO(mode="r", **kw)
+        return io, io.read()
+
+
+# ---------------------------------------------------------------- a loopback HTTP server
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Serves a folder with Range, ETag and Last-Modified; logs (method, path, range)."""
+
+    root = ""
+    log: list[tuple[str, str, str | None]] = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, head: bool) -> None:
+        path = os.path.join(type(self).root, self.path.split("?", 1)[0].lstrip("/"))
+        type(self).log.append((self.command, self.path, self.headers.get("Range")))
+        if not os.path.isfile(path):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = Path(path).read_bytes()
+        st = os.stat(path)
+        status, rng = 200, self.headers.get("Range")
+        if rng and rng.startswith("bytes="):
+            a, _, b = rng[6:].partition("-")
+            if not a:  # suffix range
+                data = data[-int(b):]
+            else:
+                data = data[int(a): int(b) + 1 if b else len(data)]
+            status = 206
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", '"%s"' % hashlib.md5(f"{st.st_size}-{st.st_mtime_ns}".encode()).hexdigest())
+        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(False)
+
+    def do_HEAD(self):
+        self._send(True)
+
+
+@contextmanager
+def serve(folder: Path):
+    handler = type("H", (_Handler,), {"root": str(folder), "log": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _chunked_file(path: Path) -> None:
+    rng = np.random.default_rng(5)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=rng.integers(0, 1000, (4000, 8), dtype="i4"), chunks=(100, 8),
+                         compression="gzip")
+        g = f.create_group("group")
+        g.attrs["title"] = "a group"
+        g.create_dataset("small", data=np.arange(5.0))
+        f["link"] = h5py.SoftLink("/group/small")
+        f.create_dataset("refs", data=[g.ref, f["data"].ref], dtype=h5py.ref_dtype)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, nwb_files):
+    """A loopback server holding an NWB file and a chunked plain file, with their indexes."""
+    folder = tmp_path_factory.mktemp("site")
+    (folder / "session.nwb").write_bytes(Path(nwb_files["main"]).read_bytes())
+    _chunked_file(folder / "data.h5")
+    with serve(folder) as (handler, base):
+        for name in ("session.nwb", "data.h5"):
+            refs = refindex.scan(f"{base}/{name}")  # as published: its ETag recorded, what a freshness check asks
+            (folder / f"{name}.json").write_text(json.dumps(refs))
+        yield folder, handler, base
+
+
+# ---------------------------------------------------------------- NWB files, local
+def test_every_nwb_file_reads_through_h5py_file_as_from_the_file(nwb_files):
+    """Unchanged NWBHDF5IO over h5py_file equals NWBHDF5IO on the file, field by field, for every NWB file
+    of the suite; pynwb's open is served from the pages alone.  A file with external links (h5py's
+    file-object driver cannot follow them) says so when opened and fails loudly when one is followed,
+    and open_nwb's default reader reads it through the zarr road instead."""
+    linked = 0
+    for name, path in nwb_files.items():
+        refs = index(path)
+        hio, want = nwb_read(path=str(path))
+        try:
+            if refs["refindex"]["pages"]["external_links"]:
+                linked += 1
+                with pytest.warns(refindex.RefindexWarning, match="external link"):
+                    f = refindex.h5py_file(refs)
+                with pytest.raises(Exception, match="cannot follow an external link"):
+                    nwb_read(file=f)
+                f.close()
+                got = refindex.open_nwb(refs)
+                assert type(got.refindex_io).__name__ != "NWBHDF5IO"
+                assert nwbcompare.assert_same_nwb(want, got) > 10, name
+                got.refindex_io.close()
+                continue
+            f = refindex.h5py_file(refs)
+            io, got = nwb_read(file=f)
+            try:
+                assert stats(f).from_source == 0, (name, stats(f).missed)
+                assert nwbcompare.assert_same_nwb(want, got) > 10, name
+            finally:
+                io.close()
+                f.close()
+        finally:
+            hio.close()
+    assert linked >= 1  # the suite's linking.nwb
+
+
+def test_h5py_file_is_an_h5py_file_for_dandi_style_checks(nwb_files):
+    f = refindex.h5py_file(index(nwb_files["main"]))
+    try:
+        assert isinstance(f, h5py.File)
+        assert isinstance(f["acquisition"], h5py.Group) and isinstance(f["/general"], h5py.Group)
+        assert isinstance(f["acquisition/raw/data"], h5py.Dataset)
+        assert f.mode == "r" and f.attrs["nwb_version"]
+        with pytest.raises((OSError, ValueError)):
+            f.create_group("new")  # read-only
+    finally:
+        f.close()
+
+
+def test_nwbinspector_reports_the_same_over_h5py_file(nwb_files):
+    from nwbinspector import inspect_nwbfile_object
+
+    def messages(nwbfile):
+        return sorted((m.check_function_name, str(m.importance), m.object_type, m.object_name, m.location,
+                       m.message) for m in inspect_nwbfile_object(nwbfile))
+
+    path = nwb_files["main"]
+    f = refindex.h5py_file(index(path))
+    io, got = nwb_read(file=f)
+    hio, want = nwb_read(path=str(path))
+    try:
+        expected = messages(want)
+        assert expected, "the test file should make nwbinspector say something"
+        assert messages(got) == expected
+    finally:
+        io.close()
+        hio.close()
+        f.close()
+
+
+def test_open_nwb_reads_with_h5py_when_asked(nwb_files):
+    path = nwb_files["hardlink"]
+    got = refindex.open_nwb(index(path), reader="h5py")
+    hio, want = nwb_read(path=str(path))
+    try:
+        assert type(got.refindex_io).__name__ == "NWBHDF5IO"
+        assert nwbcompare.assert_same_nwb(want, got) > 5
+    finally:
+        hio.close()
+        got.refindex_io.close()
+    with pytest.raises(ValueError, match="reader"):
+        refindex.open_nwb(index(path), reader="netcdf")
+
+
+# ---------------------------------------------------------------- index forms
+@pytest.mark.parametrize("form", ["v3", "parquet", "parquet-v3", "no-pages"])
+def test_every_index_form_carries_the_pages(tmp_path, form):
+    path = tmp_path / "data.h5"
+    _chunked_file(path)
+    kw = {"zarr_format": 3} if form.endswith("v3") else {}
+    if form == "no-pages":
+        target = index(path, pages=False)
+        assert "pages" not in target["refindex"] and refindex.info(target)["pages"] is None
+    elif form.startswith("parquet"):
+        target = str(tmp_path / "data.parq")
+        refindex.scan_to_parquet(str(path), target, **kw)
+        assert refindex.info(target)["pages"]["bytes"] > 0
+    else:
+        target = index(path, **kw)
+        assert target["refindex"]["pages"]["bytes"] > 0
+    f = refindex.h5py_file(target)
+    with h5py.File(path, "r") as want:
+        try:
+            assert_same_h5(want, f)
+            served = stats(f)
+            assert (served.from_pages > 0) == (form != "no-pages")
+        finally:
+            f.close()
+
+
+def test_icechunk_index_carries_the_pages_beside_its_commits(tmp_path, collect_in_main_thread):
+    pytest.importorskip("icechunk")
+    path = tmp_path / "data.h5"
+    _chunked_file(path)
+    repo = tmp_path / "repo"
+    refindex.scan_to_icechunk(str(path), str(repo), group="files/a")
+    summary = refindex.info(str(repo), group="files/a")
+    assert summary["pages"]["object"].startswith("refindex-pages/")
+    f = refindex.h5py_file(str(repo), group="files/a")
+    with h5py.File(path, "r") as want:
+        try:
+            assert_same_h5(want, f)
+            assert stats(f).from_pages > 0
+        finally:
+            f.close()
+
+
+# ---------------------------------------------------------------- remote
+def _requests(handler, since: int = 0) -> list[tuple[str, str, str | None]]:
+    return [r for r in handler.log[since:]]
+
+
+def test_a_pre_indexed_open_makes_no_request_beyond_the_index_and_its_freshness_check(site, nwb_files):
+    folder, handler, base = site
+    start = len(handler.log)
+    f = refindex.h5py_file(f"{base}/session.nwb.json")
+    io, got = nwb_read(file=f)
+    try:
+        asked = _requests(handler, start)
+        index_gets = [r for r in asked if r[1] == "/session.nwb.json"]
+        file_asks = [r for r in asked if r[1] == "/session.nwb"]
+        assert len(index_gets) == 1 and len(file_asks) == 1, asked
+        assert file_asks[0][2] is None or file_asks[0][0] == "HEAD", asked  # the freshness check, no bytes
+        assert stats(f).from_source == 0 and stats(f).fetch.requests == 0
+        hio, want = nwb_read(path=str(nwb_files["main"]))
+        try:
+            assert nwbcompare.assert_same_nwb(want, got) > 500  # data now comes by range requests
+        finally:
+            hio.close()
+    finally:
+        io.close()
+        f.close()
+
+
+def test_data_reads_fetch_the_next_chunks_ahead_concurrently(site):
+    folder, handler, base = site
+    f = refindex.h5py_file(f"{base}/data.h5.json")
+    try:
+        with h5py.File(folder / "data.h5", "r") as want:
+            expected = want["data"][()]
+        start = len(handler.log)
+        got = f["data"][()]
+        np.testing.assert_array_equal(got, expected)
+        chunk_gets = [r for r in handler.log[start:] if r[1] == "/data.h5" and r[0] == "GET"]
+        s = stats(f)
+        assert s.from_ahead == 40  # every chunk libhdf5 read was fetched ahead (or with the first)
+        assert s.fetch.round_trips <= 6, s.as_dict()  # not one round trip per chunk
+        assert len(chunk_gets) == s.fetch.requests
+        np.testing.assert_array_equal(f["data"][1234:1240, 3], expected[1234:1240, 3])
+    finally:
+        f.close()
+
+
+def test_on_the_fly_the_file_is_scanned_first(site, tmp_path):
+    folder, handler, base = site
+    f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))
+    try:
+        with h5py.File(folder / "data.h5", "r") as want:
+            assert_same_h5(want, f)
+    finally:
+        f.close()
+    start = len(handler.log)
+    f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))  # from the index cache
+    try:
+        assert f["group"].attrs["title"] == "a group"
+        assert [r[0] for r in handler.log[start:]] == ["HEAD"] or len(handler.log[start:]) <= 1
+    finally:
+        f.close()
+
+
+def test_a_changed_source_is_refused_before_any_page_is_served(site, tmp_path):
+    folder, handler, base = site
+    (folder / "moving.h5").write_bytes((folder / "data.h5").read_bytes())
+    refs = refindex.scan(f"{base}/moving.h5")  # as published: the freshness check needs its ETag alone
+    with h5py.File(folder / "moving.h5", "a") as f:
+        f["group"].attrs["title"] = "changed since it was indexed, to something longer"
+        f.create_dataset("extra", data=np.arange(100))
+    start = len(handler.log)
+    with pytest.raises(refindex.StaleIndexError, match="source changed"):
+        refindex.h5py_file(refs)
+    assert all(r[2] is None for r in handler.log[start:]), "no byte of the file may be read"
+    f = refindex.h5py_file(refs, check_source=False)  # on purpose: the caller's choice
+    f.close()
+
+
+def test_h5py_file_over_s3(tmp_path, nwb_files):
+    from conftest import moto_s3
+
+    import fsspec
+
+    with moto_s3() as so:
+        fs = fsspec.filesystem("s3", **so)
+        fs.mkdir("road")
+        fs.put(str(nwb_files["hardlink"]), "road/session.nwb")
+        f = refindex.h5py_file("s3://road/session.nwb", storage_options=so, cache=False)
+        io, got = nwb_read(file=f)
+        hio, want = nwb_read(path=str(nwb_files["hardlink"]))
+        try:
+            assert nwbcompare.assert_same_nwb(want, got) > 5
+        finally:
+            io.close()
+            hio.close()
+            f.close()
