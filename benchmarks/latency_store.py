@@ -16,6 +16,9 @@ limit a benchmark measures is the reader's.  Python's ThreadingHTTPServer, used 
 every reader at ~500 requests a second; this one spends ~110 us (uvloop) to ~150 us (asyncio),
 most of it in the socket's system calls.  A body up to 64 KiB goes out with its headers in
 one write, after one wait of the latency plus its pacing: it arrives when it would have.
+Longer bodies go out a piece at a time, each when the body's bytes so far are due at
+``bandwidth`` (the old server slept a piece's time after each piece, so the time it took to
+read and write pieces, long on a busy machine, slowed every big transfer below ``bandwidth``).
 
 Run alone to serve a folder:  python benchmarks/latency_store.py benchmarks/out
 """
@@ -213,14 +216,18 @@ class _Store:
         A client that hangs up early (remfile's first GET only wants Content-Length) waits
         for, and is counted for, what it took, not the whole file, as from a real store."""
         loop = asyncio.get_running_loop()
+        began, sent = loop.time(), 0
         while n > 0:
             # a piece may come from disk (a file of gigabytes): read in a thread, the loop serves on
             piece = await loop.run_in_executor(None, os.pread, fd, min(n, PIECE), start)
             if not piece:
                 raise _Closed("the file shrank while being sent")
             self.count(len(piece), request=False)
-            if self.bandwidth:
-                await asyncio.sleep(len(piece) / self.bandwidth)
+            sent += len(piece)
+            if self.bandwidth:  # paced against the body's start: delays of a busy machine do not add up
+                ahead = began + sent / self.bandwidth - loop.time()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
             if writer.is_closing():
                 raise _Closed("client gone")
             writer.write(piece)
