@@ -11,7 +11,7 @@ without new code.  In each table under a ``###``/``####`` heading:
   local read through an index), else with the group's first refindex row;
 * every numeric column (lower is better: seconds, MB, requests, bytes) is a metric,
   left out where refindex's value is 0, where every ratio is 1, or where it repeats
-  another metric's ratios; ``runs``/``note``/``status`` columns are not metrics;
+  another metric's ratios; ``runs``/``note``/``status``/``load`` columns are not metrics;
 * a peer whose status is not ``ok`` (hang, timeout, crash, WRONG) is named under the chart.
 
 Rows labelled ``baseline`` (a bare interpreter) are context, not peers.  Bars are peer /
@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NOT_METRICS = {"runs", "note", "status", "runs (open s)"}
+NOT_METRICS = {"runs", "note", "status", "runs (open s)", "load"}  # load: the machine's, not a tool's
 _WORD = re.compile(r"[a-z0-9]+")
 _IGNORED_WORDS = {"refindex", "the", "and", "with", "via", "for", "its"}
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -214,13 +215,21 @@ def remote(path: str, latency: float, bandwidth: float, timeout: float, skip: se
 
         def measure(label: str, script: str, child: str, args: list[str]) -> dict[str, Any]:
             store.reset()
+            load, before, store_before = os.getloadavg()[0], resource.getrusage(resource.RUSAGE_CHILDREN), \
+                time.process_time()
             r = run_child(script, child, args, timeout)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             r.update(store.counts())
+            # CPU: the reader's whole process (imports too), and this process's (the store's thread: it only waits
+            # otherwise); the load average before the run (the machine is shared: wall times move with it)
+            r.update(process_cpu=round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+                     store_cpu=round(time.process_time() - store_before, 2), load=round(load, 1))
             return r
 
         tools = [t for t in REMOTE_TOOLS if t[0] not in skip]
         jobs = {label: (me, child, [url, *extra]) for label, child, extra, _ in tools}
-        return run_repeated(jobs, {label: runs for label, _, _, runs in tools}, timeout, measure)
+        return run_repeated(jobs, {label: runs for label, _, _, runs in tools}, timeout, measure,
+                            medians=("process_cpu", "store_cpu", "load"))
 
 
 def _rounds(r: dict[str, Any]) -> Any:
@@ -235,13 +244,13 @@ def remote_table(res: dict[str, dict[str, Any]], skipped: dict[str, str]) -> str
     for label, r in res.items():
         ok = r.get("status") == "ok"
         note = r.get("error", "") if not ok else (f"median of {len(r['runs'])}" if len(r.get("runs", [])) > 1 else "")
-        rows.append([label, r.get("status"), r.get("seconds") if ok else None, r.get("requests"),
-                     round(r.get("bytes", 0) / 1e6, 1), _rounds(r) if ok else None, r.get("peak_rss_mb"),
-                     r.get("chunks") if ok else None, note])
+        rows.append([label, r.get("status"), r.get("seconds") if ok else None, r.get("process_cpu"), r.get("store_cpu"),
+                     r.get("load"), r.get("requests"), round(r.get("bytes", 0) / 1e6, 1), _rounds(r) if ok else None,
+                     r.get("peak_rss_mb"), r.get("chunks") if ok else None, note])
     for label, why in skipped.items():
-        rows.append([label, "not run", None, None, None, None, None, None, why])
-    return table(["tool", "status", "wall s", "requests", "MB fetched", "sequential rounds", "peak RSS MB", "chunks",
-                  "note"], rows)
+        rows.append([label, "not run", None, None, None, None, None, None, None, None, None, why])
+    return table(["tool", "status", "wall s", "process CPU s", "store CPU s", "load", "requests", "MB fetched",
+                  "sequential rounds", "peak RSS MB", "chunks", "note"], rows)
 
 
 def big_section(args: argparse.Namespace) -> str:

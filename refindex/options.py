@@ -82,7 +82,10 @@ class CacheOptions:
     no larger than this, once the blocks a scan needs reach a third of the file, the rest
     is fetched in that same round trip (as concurrent parts): the metadata of many small
     objects lies all over such a file, and the scan would fetch most of it anyway, one
-    tree level per round trip.
+    tree level per round trip.  ``concurrency``: requests in flight at most in one round
+    trip (a level of a big chunk index is thousands of ranges); the filesystem's connection
+    pool may allow fewer (aiohttp's default for fsspec's http: 100; s3fs: botocore's
+    ``max_pool_connections``, 10 unless raised).
     """
 
     block_size: int = 64 << 10
@@ -93,6 +96,7 @@ class CacheOptions:
     max_gap: int = 0
     prefetch_metadata: bool = True
     whole_file_max: int = 64 << 20
+    concurrency: int = 128
 
 
 

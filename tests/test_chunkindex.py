@@ -18,6 +18,7 @@ import http.server
 import json
 import random
 import threading
+import time
 from contextlib import contextmanager
 
 import h5py
@@ -131,18 +132,34 @@ def test_fuzzed_index_structures_fall_back_or_agree(tmp_path, capsys):
 
 # ------------------------------------------------------------------ scans
 class _Ranges(http.server.BaseHTTPRequestHandler):
-    """One file with Range support; every request counted (``fail``: ranges answered 503 once)."""
+    """One file with Range support; every request counted (``fail``: ranges answered 503 once; ``delay``:
+    seconds each request takes, ``peak``: most requests in flight at once)."""
 
     data = b""
     requests = 0
     fail: set = set()
+    delay = 0.0
+    inflight = peak = 0
+    lock = threading.Lock()
 
     def log_message(self, *args):
         pass
 
     def _send(self, head: bool) -> None:
         cls = type(self)
-        cls.requests += 1
+        with cls.lock:
+            cls.requests += 1
+            cls.inflight += 1
+            cls.peak = max(cls.peak, cls.inflight)
+        try:
+            time.sleep(cls.delay)
+            self._answer(head)
+        finally:
+            with cls.lock:
+                cls.inflight -= 1
+
+    def _answer(self, head: bool) -> None:
+        cls = type(self)
         data, status, rng = cls.data, 200, self.headers.get("Range")
         if rng and rng.startswith("bytes="):
             a, _, b = rng[6:].partition("-")
@@ -224,7 +241,7 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
     import fsspec
 
     import refindex.source as source_mod
-    from refindex.source import BlockCache
+    from refindex.source import BlockCache, CacheOptions
 
     monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     p = tmp_path / "blob.bin"
@@ -243,6 +260,13 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
         before = cache.stats.requests
         assert cache.read_ranges([1 << 20], [5 << 20]) == [data[1 << 20:6 << 20]]
         assert cache.stats.requests - before == -(-(5 << 20) // part)  # three parts side by side
+        # at most ``concurrency`` requests in flight (a level of a big index is thousands of ranges)
+        handler.delay, handler.peak = 0.02, 0
+        few = BlockCache(fs, url, len(data), CacheOptions(first_read=0, tail_read=0, concurrency=3))
+        offsets = [(3 << 20) + i * (200 << 10) + 7 for i in range(12)]
+        assert few.read_ranges(offsets, [500] * 12) == [data[o:o + 500] for o in offsets]
+        assert (few.stats.requests, few.stats.round_trips) == (12, 1)
+        assert 2 <= handler.peak <= 3
 
 
 def test_extensible_array_whose_unlimited_dimension_is_not_first(tmp_path):

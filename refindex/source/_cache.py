@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import SourceError
 from ..options import CacheOptions
 from ._failures import ranged, whole_file
+from ._gather import cat_parts
 from ._retry import is_transient, retry_policy
 from ._record import ReadRecorder
 
@@ -269,11 +270,7 @@ class BlockCache(io.RawIOBase):
                 return [self.fs.cat_file(self.path, start=parts[0][0], end=parts[0][1])]
             except Exception as e:  # noqa: BLE001 - judged by the caller (retried when transient)
                 return [e]
-        try:  # async filesystems (http, s3, gcs) run these concurrently
-            return list(self.fs.cat_ranges([self.path] * len(parts), [a for a, _ in parts], [b for _, b in parts],
-                                           on_error="return"))
-        except Exception as e:  # noqa: BLE001 - the call itself failed: every part with it
-            return [e] * len(parts)
+        return cat_parts(self.fs, self.path, parts, self.opts.concurrency)  # concurrent on async filesystems
 
     def _raise(self, failed: list[tuple[int, BaseException]], parts: list[tuple[int, int]]) -> None:
         e = next((e for _, e in failed if not is_transient(e)), failed[0][1])
