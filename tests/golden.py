@@ -10,8 +10,8 @@ The inputs are built fresh each time in a new process (so nothing registered by 
 test, such as an NWB extension, leaks in): pynwb files with seeded object ids, the demo
 files and a zoo of small HDF5 files with every layout, type, filter and link kind the
 scanner handles.  Volatile fields are masked before hashing: refindex's version, the
-source's mtime/etag and its fingerprint's digest (some built files differ in bytes no index
-holds, e.g. times in object headers), and the folders the files were built in.
+source's mtime/etag, its fingerprint's digest and, for built files, the bytes of the pages (some
+built files differ per build in bytes no other field holds, e.g. times in object headers), and the folders the files were built in.
 """
 
 from __future__ import annotations
@@ -170,11 +170,14 @@ def build_inputs(folder: Path) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------- digests
-def digest(refs: dict[str, Any], folders: dict[str, str]) -> str:
-    """sha256 of the index as canonical JSON, volatile fields masked."""
+def digest(refs: dict[str, Any], folders: dict[str, str], page_bytes: bool = True) -> str:
+    """sha256 of the index as canonical JSON, volatile fields masked (``page_bytes=False``: the bytes
+    of its pages too, for built files whose bytes differ per build where no other field looks)."""
     refs = json.loads(json.dumps(refs, allow_nan=True))
     prov = refs.get("refindex") or {}
     prov.pop("refindex_version", None)
+    if not page_bytes and isinstance(prov.get("pages"), dict):
+        prov["pages"].pop("data", None)
     for entry in [prov.get("source") or {}] + [e.get("refs", {}).get("refindex", {}).get("source") or {}
                                                for e in (prov.get("external") or {}).values()]:
         entry.pop("mtime", None)
@@ -214,7 +217,7 @@ def compute(corpus: Path | None) -> dict[str, str]:
                  for k in V3_PORTABLE_INPUTS]
         for name, path, kw in jobs:
             try:
-                out[name] = digest(refindex.scan(str(path), **kw), folders)
+                out[name] = digest(refindex.scan(str(path), **kw), folders, page_bytes=name.startswith("corpus/"))
             except refindex.RefindexError as e:
                 out[name] = "error: " + " ".join(str(e).split()).replace(str(path), "{FILE}")
     return out

@@ -128,6 +128,10 @@ def plan(path: str) -> dict[str, tuple[list[str], list[str]]] | None:
                 if isinstance(d, h5py.Dataset):
                     (dropped if unrepresentable(d) or not h5_readable(d) or NC_DIM_ONLY in str(d.attrs.get("NAME", b""))
                      else kept).append(child)
+            # drop_variables names what xarray shows: netCDF's dimension-only scale "x" is no variable there,
+            # and the name belongs to "_nc4_non_coord_x", which is shown as "x"
+            shown = {k.removeprefix("_nc4_non_coord_") for k in kept}
+            dropped = [d for d in dropped if d not in shown]
             if kept:
                 out["/" + name] = (sorted(kept), sorted(dropped))
     return out

@@ -124,7 +124,13 @@ def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan)
             # open the sources through that same object and read fill values.  By its path, it
             # opens them as files of their own.
             with h5py.File(ctx.label, "r") as by_path:
-                return _virtual(ctx, by_path[node.path], node, plan)
+                vd = by_path[node.path]
+                # an unlimited mapping's extent comes from its sources, found only when opened by path
+                shape = tuple(int(s) for s in vd.shape) + plan.extra_shape
+                if shape != node.shape:
+                    node.shape = node.chunks = shape
+                    node.attrs["_ARRAY_DIMENSIONS"] = dims_of(ctx, vd, node.path, len(plan.extra_shape))
+                return _virtual(ctx, vd, node, plan)
     return _virtual(ctx, d, node, plan)
 
 

@@ -137,6 +137,8 @@ class LocalFile(io.RawIOBase):
         return self.pos
 
     def readinto(self, b) -> int:
+        if self.pos >= self.size:  # past the end (a damaged address may exceed what pread takes): nothing
+            return 0
         n = os.preadv(self._fd, [b], self.pos)
         self.recorder.note(self.pos, self.pos + n)
         self.pos += n
@@ -144,7 +146,9 @@ class LocalFile(io.RawIOBase):
 
     def pread(self, start: int, end: int) -> bytes:
         """Bytes ``start:end`` (fewer at the end of the file), recorded as read."""
-        data = os.pread(self._fd, max(0, end - start), start)
+        if start >= self.size:
+            return b""
+        data = os.pread(self._fd, max(0, min(end, self.size) - start), start)
         self.recorder.note(start, start + len(data))
         return data
 

@@ -96,11 +96,15 @@ def case(source: str, output: str, verify_data: bool = True) -> dict[str, Any]:
 
 
 def _inlined_by_h5py(refs: dict[str, Any], path: str) -> bool:
-    """The index holds values h5py itself decoded at scan time (no zarr codec for the filter)."""
+    """The index holds values h5py itself decoded at scan time (no zarr codec for the filter); a plain
+    index notes that in its provenance, an HDMF one in the array's attributes (refindex.read.notes)."""
     import json
 
+    from ..read import notes
+
     attrs = refs["refs"].get(path.strip("/") + "/.zattrs")
-    return isinstance(attrs, str) and "refindex_inlined" in json.loads(attrs)
+    return "refindex_inlined" in notes(refs, path.strip("/")) or (
+        isinstance(attrs, str) and "refindex_inlined" in json.loads(attrs))
 
 
 def _h5py_unstable(source: str, path: str) -> bool:
