@@ -157,7 +157,6 @@ def pytest_configure(config):
     import h5guard
 
     h5guard.install()
-    config.addinivalue_line("markers", "xdist_group(name): tests kept on one xdist worker (see SPREAD_MODULES)")
 
 
 @pytest.fixture
@@ -216,18 +215,35 @@ def collect_in_main_thread():
     collect_garbage()
 
 
-# Modules whose tests share no state (no module fixture worth keeping, no tally over the module):
-# under ``--dist loadgroup`` (the Makefile's) their tests are spread over the workers one by one,
-# filling the end of the run; every other module stays whole on one worker, as ``--dist loadfile``
-# keeps it (module fixtures made once, tallies such as test_v3's counting every test).
-SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py"}
+# How the suite spreads over xdist workers (the Makefile's ``--dist loadgroup``).  A module's tests
+# stay together on one worker (module fixtures made once, tallies such as test_v3's counting every
+# test), except the modules below, whose tests share no state: they are handed out one by one and
+# fill the end of the run.  Modules with the longest tests go first, so no worker is left with one
+# of them at the end.  (xdist's own loadgroup cannot do this under pytest 9: it renames items
+# through an attribute pytest no longer reads, and every test was handed out alone.)
+SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py", "test_xarray.py"}
+LONGEST_FIRST = ["test_virtualizarr.py", "test_split_walk.py", "test_docs.py", "test_v3.py", "test_fuzz.py",
+                 "test_xarray.py"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which names each test's group from the mark
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None  # xdist's own scheduler
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndSpreadTests(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module.rsplit("/", 1)[-1] in SPREAD_MODULES else module
+
+    return ModulesAndSpreadTests(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    """Modules in LONGEST_FIRST order, then the rest as collected (the order within a module kept)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_collection_finish(session):

@@ -266,7 +266,9 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
         offsets = [(3 << 20) + i * (200 << 10) + 7 for i in range(12)]
         assert few.read_ranges(offsets, [500] * 12) == [data[o:o + 500] for o in offsets]
         assert (few.stats.requests, few.stats.round_trips) == (12, 1)
-        assert 2 <= handler.peak <= 3
+        # the server counts a request until its handler returns, which may be after the client has the
+        # bytes and started the next one: one more than the limit can overlap there (without it: 12)
+        assert 2 <= handler.peak <= 3 + 1
 
 
 def test_extensible_array_whose_unlimited_dimension_is_not_first(tmp_path):
