@@ -123,7 +123,8 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
             visit(ctx, groups[i])
             msg = pickle.dumps((part.groups, part.arrays, part.links, part.skipped,
                                 part.provenance.get("omitted", []), ctx.deferred, ctx.phony.get(groups[i]),
-                                ctx.index_stats, ctx.recorder.take() if ctx.recorder is not None else None, part.reads_elsewhere),
+                                ctx.index_stats, ctx.recorder.take() if ctx.recorder is not None else None, part.reads_elsewhere,
+                                part.copied),
                                protocol=pickle.HIGHEST_PROTOCOL)
             _write_all(w, _HEADER.pack(i, counted.done, len(msg)) + msg)
         code = 0
@@ -191,7 +192,7 @@ class _Inbox:
 
 
 def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
-    groups, arrays, links, skipped, omitted, deferred, phony, index_stats, reads, elsewhere = pickle.loads(payload)
+    groups, arrays, links, skipped, omitted, deferred, phony, index_stats, reads, elsewhere, copied = pickle.loads(payload)
     ctx.index_stats.merge(index_stats)
     tree = ctx.tree
     tree.groups.update(groups)
@@ -199,6 +200,7 @@ def _merge(ctx: ScanContext, path: str, payload: bytes) -> None:
     tree.links.extend(links)
     tree.skipped.extend(skipped)
     tree.reads_elsewhere.extend(elsewhere)
+    tree.copied.extend(copied)  # compact datasets' data: holes of the pages
     if omitted:
         tree.provenance.setdefault("omitted", []).extend(omitted)
     ctx.deferred.extend(deferred)
