@@ -198,7 +198,10 @@ def prepare(path: Path, url: str) -> tuple[Path, Path, Path]:
     folder.mkdir(exist_ok=True)
     remote, local, cache = (folder / f"{path.stem}.json", folder / f"{path.stem}.local.json",
                             folder / f"cache-{path.stem}")
-    refindex.scan_to_file(path, remote, url=url)
+    # as README's published index is made: from the served URL, whose ETag the index records (an index
+    # made from the local copy with url= has no validator of the remote file: its freshness check then
+    # reads the fingerprint's bytes, one more round trip of up to 48 ranges; docs/freshness.md)
+    refindex.scan_to_file(url, remote)
     refindex.scan_to_file(path, local)
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir()

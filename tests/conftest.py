@@ -221,8 +221,9 @@ def collect_in_main_thread():
 # fill the end of the run.  Modules with the longest tests go first, so no worker is left with one
 # of them at the end.  (xdist's own loadgroup cannot do this under pytest 9: it renames items
 # through an attribute pytest no longer reads, and every test was handed out alone.)
-SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py", "test_xarray.py"}
-LONGEST_FIRST = ["test_virtualizarr.py", "test_split_walk.py", "test_docs.py", "test_v3.py", "test_fuzz.py",
+SPREAD_MODULES = {"test_corpus.py", "test_stock_readers.py", "test_icechunk.py", "test_schema.py", "test_xarray.py",
+                  "test_virtualizarr.py"}
+LONGEST_FIRST = ["test_split_walk.py", "test_docs.py", "test_v3.py", "test_fuzz.py",
                  "test_xarray.py"]
 
 

@@ -34,3 +34,19 @@ def manifest_rows() -> list[dict[str, str]]:
         return []
     with open(MANIFEST, newline="") as fh:
         return list(csv.DictReader(fh, delimiter="\t"))
+
+
+SAMPLE_ABOVE = 300  # arrays per file: beyond this, modules that re-check the corpus another way sample them
+
+
+def sampled(names: list[str], limit: int = SAMPLE_ABOVE) -> list[str]:
+    """``names`` (sorted) when there are at most ``limit``, else an evenly spaced ``limit`` of them, first
+    and last included.  For the modules that check the corpus again through another route (Icechunk,
+    VirtualiZarr): every array of every file is compared with h5py in test_corpus, and through
+    xarray in test_xarray; files of thousands of arrays (netCDF-C's 2000-variable file) would
+    otherwise take most of the suite's time re-reading them one by one."""
+    names = sorted(names)
+    if len(names) <= limit:
+        return names
+    step = (len(names) - 1) / (limit - 1)
+    return [names[round(i * step)] for i in range(limit)]

@@ -21,6 +21,7 @@ import pytest
 import zarr
 from conftest import moto_s3
 import test_v3
+from corpus import sampled
 from test_v3 import NO_CORPUS, ROWS, all_arrays, assert_same_as_v2, hdf5_nwb, nwb_read, open2, roundtrip
 
 import refindex
@@ -341,7 +342,7 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
         warnings.simplefilter("ignore")
         a3 = all_arrays(refindex.open(tmp_path / "repo", group="f"))
     assert set(a2) == set(a3)
-    for name in sorted(a2):
+    for name in sampled(list(a2)):  # files of thousands of arrays: test_corpus and test_v3 read every one
         for x2, x3 in test_v3._read_both(a2[name], a3[name]):
             assert_same_as_v2(x2, x3, f"{row['relpath']}:{name}")
 
