@@ -8,7 +8,8 @@ with ``NWBHDF5IO(file).read()`` field by field (tests/nwbcompare.py):
 * ``NWBZarrV2IO``: stock hdmf-zarr over the v2 JSON index (fsspec reference FS + zarr FsspecStore);
 * ``NWBZarrIO v3``: stock hdmf-zarr over the v3 JSON index, the same way;
 * ``NWBZarrIO icechunk``: stock hdmf-zarr over an Icechunk session's store;
-* ``open_nwb v2`` / ``open_nwb v3`` / ``open_nwb icechunk``: ``refindex.open_nwb``.
+* ``open_nwb v2`` / ``open_nwb v3`` / ``open_nwb icechunk``: ``refindex.open_nwb`` with its default reader;
+* ``open_nwb zarr ...``: the same with ``reader="zarr"`` (hdmf-zarr over the index, refindex's attribute types).
 
 Each file and reader runs in a fresh process (extensions registered by one file never help
 another).  Usage::
@@ -33,7 +34,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent / "tests"
-READERS = ("NWBZarrV2IO", "NWBZarrIO v3", "NWBZarrIO icechunk", "open_nwb v2", "open_nwb v3", "open_nwb icechunk")
+# "open_nwb ...": its default reader (the h5py road, or the zarr road for files linking to others);
+# "open_nwb zarr ...": reader="zarr", hdmf-zarr over the index with refindex's attribute types and linked indexes
+READERS = ("NWBZarrV2IO", "NWBZarrIO v3", "NWBZarrIO icechunk", "open_nwb v2", "open_nwb v3", "open_nwb icechunk",
+           "open_nwb zarr v2", "open_nwb zarr v3", "open_nwb zarr icechunk")
 FAMILY = {"main": "pynwb", "base": "pynwb", "linking": "pynwb (external links)", "hardlink": "pynwb + h5py",
           "aqnwb": "AqNWB", "mies": "MIES", "matnwb": "MatNWB", "neuroconv": "NeuroConv + extension",
           "neuroconv_ttl": "NeuroConv (real file)"}
@@ -96,7 +100,7 @@ def child(reader: str, path: str) -> dict[str, str]:
         with tempfile.TemporaryDirectory() as tmp:
             index, store = _store(reader, path, Path(tmp))
             if reader.startswith("open_nwb"):
-                nwb = refindex.open_nwb(index)
+                nwb = refindex.open_nwb(index, **({"reader": "zarr"} if reader.startswith("open_nwb zarr") else {}))
                 ios.append(nwb.refindex_io)
             else:
                 if reader == "NWBZarrV2IO":
