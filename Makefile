@@ -11,20 +11,22 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 # uv resolves and installs the ~170 packages in seconds where pip takes two minutes (most of a fresh
 # `make test` went to pip); uv comes from PyPI into the venv itself. Where it cannot be had, pip does it.
+# Its argument is the editable requirement; $(call) splits arguments at commas, hence $(comma).
+comma := ,
 define venv_install
-$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) $(1) \
-	|| $(PY) -m pip install --quiet $(1)
+$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) -e "$(1)" \
+	|| $(PY) -m pip install --quiet -e "$(1)"
 endef
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "refindex needs Python >= 3.12 (found " + sys.version.split()[0] + "); set PYTHON=/path/to/python3.12")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(call venv_install,-e ".[test,nwb,dask]")
+	$(call venv_install,.[test$(comma)nwb$(comma)dask])
 	touch $(STAMP)
 
 # benchmark-only tools (remfile for P4), on top of the project's own install
 $(BENCH_STAMP): $(STAMP)
-	$(call venv_install,-e ".[bench]")
+	$(call venv_install,.[bench])
 	touch $(BENCH_STAMP)
 
 install: $(STAMP)
