@@ -193,11 +193,26 @@ def test_pynwb_files_split_as_they_walk(nwb_files):
         assert _scan(url, split_walk=True) == _scan(url, split_walk=False), path
 
 
+def _groups(path) -> int:
+    """How many groups a walk could share (the root's included); 0 for what h5py cannot open."""
+    try:
+        with h5py.File(path, "r") as f:
+            found = [1]
+            f.visititems(lambda name, obj: found.append(1) if isinstance(obj, h5py.Group) else None)
+            return len(found)
+    except Exception:  # noqa: BLE001 - not HDF5, or a file h5py refuses: both walks fail the same way below
+        return 2
+
+
 @pytest.mark.skipif(not CORPUS.exists(), reason=MISSING)
 def test_corpus_split_as_it_walks():
-    """Every file of the corpus, remote, split or not: the same index or the same error."""
+    """Every file of the corpus of two or more groups, remote, split or not: the same index or the same
+    error.  (A file of one group has nothing to share: that group is walked whole on one side; netCDF-C's
+    2000-variable file alone took a third of this test's time so.)"""
     differ = []
-    for row in manifest_rows():
+    rows = [row for row in manifest_rows() if _groups(CORPUS / row["relpath"]) >= 2]
+    assert len(rows) >= 20
+    for row in rows:
         url = to_memory(CORPUS / row["relpath"])
         out = []
         for split in (True, False):
