@@ -212,8 +212,10 @@ class StockGroup:
     """The part of zarr's Group that ``refindex.verify(..., group=)`` walks: attributes from the
     stock reader, sub-groups from the index's keys (zarr would parse every child to list them)."""
 
-    def __init__(self, reader: StockReader, index: str, path: str = "", groups: list[str] | None = None) -> None:
-        self.reader, self.index, self.path = reader, index, path
+    def __init__(self, reader: StockReader, index: str, path: str = "", groups: list[str] | None = None,
+                 only: set[str] | None = None) -> None:
+        """``only``: the array paths (no leading "/") to present; others are absent (verify: "missing")."""
+        self.reader, self.index, self.path, self.only = reader, index, path, only
         if groups is None:
             import json
 
@@ -227,6 +229,8 @@ class StockGroup:
 
     def __getitem__(self, key: str) -> StockArray:
         full = f"{self.path}/{key}".strip("/")
+        if self.only is not None and full not in self.only:
+            raise KeyError(key)
         try:
             return StockArray(self.reader, self.index, full)
         except StockError as e:
@@ -238,7 +242,7 @@ class StockGroup:
         prefix = f"{self.path}/" if self.path else ""
         for g in self.all_groups:
             if g.startswith(prefix) and "/" not in g[len(prefix):]:
-                yield g[len(prefix):], StockGroup(self.reader, self.index, g, self.all_groups)
+                yield g[len(prefix):], StockGroup(self.reader, self.index, g, self.all_groups, self.only)
 
 
 def stock_verify(reader: StockReader, h5: Any, index: Any) -> dict[str, str]:
