@@ -11,11 +11,15 @@ BENCH_STAMP := $(VENV)/.bench-installed
 
 # uv resolves and installs the ~170 packages in seconds where pip takes two minutes (most of a fresh
 # `make test` went to pip); uv comes from PyPI into the venv itself. Where it cannot be had, pip does it.
+# Bytecode is compiled at install, as pip does and uv does not by default, refindex's own included (an
+# editable install): where PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile every
+# module it imports (importing zarr, h5py, pynwb and xarray took 5.8 s instead of 2.4 s).
 # Its argument is the editable requirement; $(call) splits arguments at commas, hence $(comma).
 comma := ,
 define venv_install
-$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --python $(PY) -e "$(1)" \
+$(PY) -m pip install --quiet uv && $(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) -e "$(1)" \
 	|| $(PY) -m pip install --quiet -e "$(1)"
+$(PY) -m compileall -q refindex
 endef
 
 $(STAMP): pyproject.toml
