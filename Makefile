@@ -46,8 +46,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
+# (bytecode written as for the suite: refindex's lazy imports count in P4's opens, and an installed
+# refindex has its bytecode; compiling its modules in every fresh process added ~0.15 s to each open)
 bench: $(BENCH_STAMP)
-	$(PY) benchmarks/run_all.py
+	env -u PYTHONDONTWRITEBYTECODE $(PY) benchmarks/run_all.py
 
 # the charts of benchmarks/RESULTS.md again, without running the benchmarks
 charts: $(BENCH_STAMP)

@@ -167,6 +167,31 @@ def test_every_nwb_file_reads_through_h5py_file_as_from_the_file(nwb_files):
     assert linked >= 1  # the suite's linking.nwb
 
 
+def test_text_values_in_several_heap_collections_are_served_from_the_pages(tmp_path):
+    """A text array whose strings fill several global heap collections (an electrodes table's locations,
+    which pynwb reads while it opens a file) is carried up to TEXT_MAX; numbers of the same size stay in
+    the file (their values are in the index's chunks, and nobody reads them at open)."""
+    from refindex.scanner import _pages
+
+    path = tmp_path / "text.h5"
+    words = [f"brain area {i} " * 6 for i in range(200)]  # ~17 KB of strings: five collections of 4 KiB
+    with h5py.File(path, "w") as f:
+        f.create_dataset("location", data=words, dtype=h5py.string_dtype())
+        f.create_dataset("numbers", data=np.arange(2500, dtype="<f8"))  # 20 KB
+    for name, from_pages in (("location", True), ("numbers", False)):
+        f = refindex.h5py_file(refindex.scan(str(path)))
+        try:
+            got = f[name][()]
+            elsewhere = stats(f).from_source + stats(f).from_ahead  # reads the pages did not serve
+            assert (elsewhere == 0) == from_pages, (name, stats(f))
+        finally:
+            f.close()
+        with h5py.File(path, "r") as h:
+            assert np.array_equal(got, h[name][()])
+    nbytes = sum(len(w) for w in words)
+    assert _pages.DATA_MAX < nbytes < _pages.TEXT_MAX  # the rule this test is about
+
+
 def test_h5py_file_is_an_h5py_file_for_dandi_style_checks(nwb_files):
     f = refindex.h5py_file(index(nwb_files["main"]))
     try:

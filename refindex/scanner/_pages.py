@@ -7,7 +7,8 @@ The source recorded every range the scan read, tagged by what it served
   open objects, in whole pages of ``page_size`` bytes;
 - values the scan copied in (``data`` reads): what pynwb reads while it builds an NWBFile
   (scalars, short strings, reference lists); a dataset's only while they take at most
-  :data:`DATA_MAX` bytes, larger ones stay in the file;
+  :data:`DATA_MAX` bytes (:data:`TEXT_MAX` for variable-length text and its heap collections),
+  larger ones stay in the file;
 - where pages hold a global heap object equal to an item the index copies in anyway (the
   cached specifications every NWB file carries: most of a small NWB file's pages), that
   object is marked as a hole a JSON index need not repeat (``Pages.holes``);
@@ -31,6 +32,12 @@ from ..source import INDEX_PREFIX, META, ReadRecorder
 # A small dataset's own bytes plus one global heap collection (libhdf5 makes them at least 4 KiB):
 # a short text array (MIES' labnotebook keys) reads both, and pynwb reads it while it opens the file.
 DATA_MAX = 8 << 10
+# Variable-length values (text) lie in global heap collections, several per array: pynwb reads an
+# electrodes table's locations while it opens a file (1 KiB of heap references into collections
+# of 4 KiB). With DATA_MAX alone the many-object P4 file's open made 7 requests outside the pages; with
+# this, none, for 0.8 % more index. (64 KiB for every dataset also grew the corpus's filter test files'
+# indexes by 16 %: compressed values pynwb does not read at open.)
+TEXT_MAX = 64 << 10
 INDEX_MAX = 64 << 10
 HOLE_MIN = 64  # global heap objects shorter than this stay in the pages (a hole's entry costs about that)
 RANGES_MAX = 1 << 20  # spans per left-out index kept at most (a reader then fetches the rest node by node)
@@ -65,11 +72,12 @@ def merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _data_kept(tree: Tree, path: str, nbytes: int) -> bool:
     """Are the values a scan copied in from dataset ``path`` (``nbytes`` read) worth carrying?  A scalar's
     or a one-element dataset's always (pynwb reads each while it builds a file: text, cached
-    specifications, which some writers such as MIES store as one-element arrays), others up to
-    DATA_MAX bytes."""
+    specifications, which some writers such as MIES store as one-element arrays), variable-length
+    ones (text) up to TEXT_MAX bytes, others up to DATA_MAX."""
     node = tree.arrays.get(path)
     one = node is not None and all(int(n) == 1 for n in node.shape)
-    return one or nbytes <= DATA_MAX
+    text = node is not None and node.dtype == "|O"  # variable-length: values in global heap collections
+    return one or nbytes <= (TEXT_MAX if text else DATA_MAX)
 
 
 def extents(tree: Tree) -> dict[str, tuple[int, int]]:
