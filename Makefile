@@ -40,7 +40,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 
 # The suite starts many processes (CLI, workers, the docs' pages, the stock reader): each would compile
-# every module it imports again where PYTHONDONTWRITEBYTECODE is set (as on our CI machines; importing
+# every module it imports again where PYTHONDONTWRITEBYTECODE is set (as on our machines; importing
 # zarr, h5py, pynwb and xarray took 5.8 s instead of 2.4 s), so the suite writes bytecode into .venv
 # and __pycache__ as it goes (test_docs and test_cli: 107 s -> 52 s).
 test: $(STAMP)
