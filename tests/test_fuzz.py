@@ -23,7 +23,7 @@ def test_fuzz_mutated_corpus_files(tmp_path, capsys):
         pytest.skip(f"shared corpus not found at {CORPUS} (set REFINDEX_CORPUS); nothing real to mutate")
     files = fuzz.corpus_files(str(CORPUS), max_size=48 << 10, limit=24)
     assert len(files) >= 10
-    report = fuzz.run(files, str(tmp_path), seed=20240611, per_file=25, budget=45.0, timeout=8.0,
+    report = fuzz.run(files, str(tmp_path), seed=20240611, per_file=15, budget=45.0, timeout=8.0,
                       keep=str(tmp_path / "kept"))
     with capsys.disabled():
         print("\n" + report.summary())
