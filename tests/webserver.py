@@ -4,7 +4,9 @@
 (``server.put(name, data)``), with or without an ``ETag`` (derived from the file's mtime and
 size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole seconds, as HTTP
 dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
-answer back (a slow server); ``server.requests`` logs (method, path, Range).
+answer back (a slow server); ``server.requests`` logs (method, path, Range).  A name can
+also be answered with a redirect (``server.redirects``), an error status (``server.statuses``)
+or a body stored gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Iterator
 class Served:
     data: bytes
     mtime: float
+    encoding: str | None = None
 
 
 @dataclass
@@ -29,13 +32,18 @@ class Server:
     base: str
     files: dict[str, Served] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    redirects: dict[str, str] = field(default_factory=dict)  # name -> the URL a 302 points to
+    statuses: dict[str, int] = field(default_factory=dict)  # name -> the error status it answers
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
 
-    def put(self, name: str, data: bytes, mtime: float | None = None) -> str:
-        """Serve ``data`` as ``name`` (modified now, or at ``mtime``); returns its URL."""
-        self.files[name] = Served(bytes(data), time.time() if mtime is None else mtime)
+    def put(self, name: str, data: bytes, mtime: float | None = None, gzip: bool = False) -> str:
+        """Serve ``data`` as ``name`` (modified now, or at ``mtime``; stored gzip-compressed); returns its URL."""
+        import gzip as gz
+
+        body = gz.compress(bytes(data)) if gzip else bytes(data)
+        self.files[name] = Served(body, time.time() if mtime is None else mtime, "gzip" if gzip else None)
         return self.url(name)
 
 
@@ -51,9 +59,16 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
             server.requests.append((self.command, self.path, rng))
             if delay:
                 time.sleep(delay)
-            served = server.files.get(self.path.lstrip("/").split("?", 1)[0])
-            if served is None:
-                self.send_response(404)
+            name = self.path.lstrip("/").split("?", 1)[0]
+            served = server.files.get(name)
+            if name in server.redirects:
+                self.send_response(302)
+                self.send_header("Location", server.redirects[name])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if served is None or name in server.statuses:
+                self.send_response(server.statuses.get(name, 404))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -73,6 +88,8 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
                 self.send_header("ETag", f'"{int(served.mtime):x}-{len(served.data):x}"')
             if last_modified:
                 self.send_header("Last-Modified", email.utils.formatdate(served.mtime, usegmt=True))
+            if served.encoding:
+                self.send_header("Content-Encoding", served.encoding)
             self.end_headers()
             if not head_only:
                 self.wfile.write(data)

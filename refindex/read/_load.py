@@ -24,7 +24,7 @@ from .. import urls
 from ..errors import RefindexError, SourceError
 from ..model import RefsDocument
 from ..options import ScanOptions
-from ..source import describe, filesystem_of, has_hdf5_signature
+from ..source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
 from ..writers import ZMETADATA
 
 Kind = Literal["json", "parquet", "hdf5"]
@@ -45,7 +45,7 @@ def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
         return "parquet"
     if name.endswith(HDF5_SUFFIXES):
         return "hdf5"
-    fs, path = filesystem_of(target, storage_options)
+    fs, path = quick_filesystem(target, storage_options)
     try:
         if urls.is_local(target):
             if os.path.isdir(path):
@@ -185,11 +185,11 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
     if isinstance(refs, dict):
         return refs
     path = os.fspath(refs)
-    fs, p = filesystem_of(path, storage_options)
+    fs, p = quick_filesystem(path, storage_options)
     if urls.is_local(path) and os.path.isdir(p):
         return path  # parquet refs: fsspec's LazyReferenceMapper layout
     try:
-        data = fs.cat_file(p)
+        data = with_retries(fs.cat_file, p)
     except IsADirectoryError:
         return path
     except FileNotFoundError as e:
@@ -199,6 +199,8 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
         except Exception:
             pass
         raise SourceError("index not found", file=path) from e
+    except Exception as e:  # refused, forbidden, a server error that outlasted the retries
+        raise source_error(e, path, "could not read the index") from e
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -4,6 +4,8 @@ etag/mtime), a read cache for libhdf5's metadata reads, its prefetch, and retrie
 Local files are opened by path (libhdf5's own I/O is fastest there).  Remote files go
 through fsspec behind :class:`BlockCache`, a read cache shaped for how libhdf5 reads
 metadata; :func:`prefetch_tree` batches the scattered structures a tree level at a time.
+The few requests of an open (an index, a freshness check) go to HTTP(S) URLs through
+:func:`quick_filesystem`, without aiohttp's import.
 """
 
 from ..options import CacheOptions
@@ -12,6 +14,7 @@ from ._failures import WHOLE_FILE_FALLBACK, ranged, reason_of, source_error, who
 from ._fingerprint import digest as fingerprint_digest
 from ._fingerprint import recorded_spans as fingerprint_spans
 from ._fetch import RangeFetcher
+from ._http import HTTPStatusError, QuickHTTP, quick_filesystem
 from ._open import HDF5_SIGNATURE, Source, describe, file_info, filesystem_of, has_hdf5_signature, open_source, stat
 from ._prefetch import prefetch_tree
 from ._record import INDEX_PREFIX, META, LocalFile, ReadRecorder
@@ -19,7 +22,7 @@ from ._retry import RetryPolicy, is_transient, retry_policy, with_retries
 from ._validators import described, fine_grained, mtime_epoch, same_mtime
 
 __all__ = ["HDF5_SIGNATURE", "INDEX_PREFIX", "META", "WHOLE_FILE_FALLBACK", "BlockCache", "CacheOptions", "LocalFile",
-           "RangeFetcher", "ReadRecorder", "ReadStats", "RetryPolicy", "Source", "describe", "described", "file_info",
+           "HTTPStatusError", "QuickHTTP", "RangeFetcher", "ReadRecorder", "ReadStats", "RetryPolicy", "Source", "describe", "described", "file_info",
            "filesystem_of", "fine_grained", "fingerprint_digest", "fingerprint_spans", "has_hdf5_signature",
-           "is_transient", "merge_ranges", "mtime_epoch", "open_source", "prefetch_tree", "ranged", "reason_of",
+           "is_transient", "merge_ranges", "mtime_epoch", "open_source", "prefetch_tree", "quick_filesystem", "ranged", "reason_of",
            "retry_policy", "same_mtime", "source_error", "stat", "whole_file", "with_retries"]

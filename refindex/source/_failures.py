@@ -28,6 +28,8 @@ def _chain(e: BaseException) -> list[BaseException]:
 
 
 def _host_of(exc: Any) -> str | None:
+    if isinstance(getattr(exc, "server", None), str):  # refindex's own HTTP requests (source._http)
+        return exc.server
     key = getattr(exc, "_conn_key", None) or getattr(exc, "conn_key", None)
     host, port = getattr(key, "host", None), getattr(key, "port", None)
     return f"{host}:{port}" if host else None
@@ -47,7 +49,7 @@ def reason_of(e: BaseException) -> str | None:
         return f"cannot connect{where}: the host name does not resolve (check the URL and the network)"
     if any(type(c).__name__ == "ClientConnectorError" for c in chain):
         return f"cannot connect{where} ({chain[-1]})"
-    status = next((getattr(c, "status", None) for c in chain if type(c).__name__ == "ClientResponseError"), None)
+    status = next((getattr(c, "status", None) for c in chain if type(c).__name__ in ("ClientResponseError", "HTTPStatusError")), None)
     if status in (401, 403):
         return f"the server refused access (HTTP {status}): the URL may need credentials or a signed link"
     if any(isinstance(c, (TimeoutError, asyncio.TimeoutError)) for c in chain):

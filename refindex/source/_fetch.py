@@ -52,13 +52,22 @@ class RangeFetcher:
         self._fd = -1
         self._pool: ThreadPoolExecutor | None = None
         if self.local:
-            self.fs, self.path = None, urls.split(url)[1]
+            self._fs, self.path = None, urls.split(url)[1]
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
             except OSError as e:
                 raise SourceError(f"cannot open: {e}", file=url) from e
         else:
-            self.fs, self.path = urls.filesystem(url, storage_options)
+            self._fs, self.path = None, url
+            self._options = storage_options
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem of a remote file, made at its first use: an open served by an
+        index's pages never needs it (nor fsspec's HTTP backend and its aiohttp import)."""
+        if self._fs is None and not self.local:
+            self._fs, self.path = urls.filesystem(self.url, self._options)
+        return self._fs
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -1,0 +1,267 @@
+"""The few HTTP(S) requests of an open, through the standard library.
+
+Opening an indexed file on the h5py road makes two requests: the index, and the freshness
+check of its source.  fsspec's HTTP filesystem would make them as well, but it needs
+aiohttp, whose import alone (about 0.2 s) is longer than both round trips.  So those
+requests, and the others of their kind (a cached index's freshness check, a probe of what
+a URL is), go through :class:`QuickHTTP`: ``http.client``, sync, a connection kept per
+host, concurrent only where several ranges are asked for at once.  Reading data (many
+ranges, overlapped with decoding) stays with fsspec.
+
+It answers as fsspec's HTTP filesystem does, so callers need not know which one they have:
+``info`` tries HEAD then GET and reports ``size``, ``ETag``, ``Last-Modified``, the final
+``url``; a 404 is ``FileNotFoundError``; redirects are followed; a server that ignores Range
+sends the whole file (callers cut it, :func:`~refindex.source.ranged`).  It is used only
+for storage options it honours (:data:`HONOURED`: ``headers``, and options that only shape
+fsspec's caching); anything else (``client_kwargs``: auth, timeouts, proxies) goes to fsspec.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+HONOURED = frozenset({"headers", "block_size", "cache_type", "cache_options", "simple_links", "same_scheme",
+                      "skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths"})
+REDIRECTS = {301, 302, 303, 307, 308}
+MAX_REDIRECTS = 10
+TIMEOUT = 60.0  # seconds without a byte from the server: the request fails (and is retried as transient)
+SAFE_PATH = "/%:@!$&'()*+,;=-._~"
+SAFE_QUERY = SAFE_PATH + "?"
+
+
+_SHARED: dict[tuple[tuple[str, str], ...], "QuickHTTP"] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class HTTPStatusError(OSError):
+    """A request the server answered with an error status (``status``); 404 is ``FileNotFoundError``."""
+
+    def __init__(self, status: int, url: str, reason: str = ""):
+        super().__init__(f"HTTP {status} {reason}".rstrip() + f" for {url}")
+        self.status = status
+        self.url = url
+
+
+def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) for a few requests to ``url``: :class:`QuickHTTP` for an HTTP(S) URL whose
+    storage options it honours (one per set of headers, so its connections are reused), else fsspec's."""
+    from ._open import filesystem_of
+
+    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options):
+        return filesystem_of(url, storage_options)
+    headers = {str(k): str(v) for k, v in ((storage_options or {}).get("headers") or {}).items()}
+    key = tuple(sorted(headers.items()))
+    with _SHARED_LOCK:
+        fs = _SHARED.get(key)
+        if fs is None:
+            fs = _SHARED[key] = QuickHTTP(headers)
+    return fs, url
+
+
+def honours(storage_options: dict[str, Any] | None) -> bool:
+    """Can :class:`QuickHTTP` make requests as fsspec would with these options?"""
+    so = storage_options or {}
+    headers = so.get("headers", {})
+    return set(so) <= HONOURED and isinstance(headers, dict)
+
+
+class QuickHTTP:
+    """``info``, ``cat_file``, ``cat_ranges``, ``exists``, ``size`` of HTTP(S) URLs, as fsspec's are."""
+
+    protocol = ("http", "https")
+    async_impl = False
+
+    def __init__(self, headers: dict[str, str] | None = None, timeout: float = TIMEOUT):
+        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
+        self.timeout = timeout
+        self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # ---------------------------------------------------------------- fsspec's calls
+    def info(self, url: str, **_: Any) -> dict[str, Any]:
+        """Size and validators: HEAD, else GET (a URL signed for GET only refuses HEAD), as fsspec does."""
+        out: dict[str, Any] = {}
+        for method in ("HEAD", "GET"):
+            try:
+                status, headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"},
+                                                              body=False)
+                out.update(_described(headers, final))
+                if out.get("size") is not None:
+                    break
+            except Exception as e:
+                if method == "GET":
+                    raise FileNotFoundError(url) from e
+        return {"name": url, "size": None, **out, "type": "file"}
+
+    def size(self, url: str) -> int | None:
+        return self.info(url).get("size")
+
+    def exists(self, url: str) -> bool:
+        try:
+            self.info(url)
+            return True
+        except Exception:  # noqa: BLE001 - fsspec's answer: anything but an answer is "no"
+            return False
+
+    def cat_file(self, url: str, start: int | None = None, end: int | None = None, **_: Any) -> bytes:
+        """The file's bytes ``start:end`` (all of them without either)."""
+        extra: dict[str, str] = {}
+        if not any(k.lower() == "accept-encoding" for k in self.headers):
+            extra["Accept-Encoding"] = "gzip, deflate"  # as aiohttp asks: a JSON index travels compressed
+        if start is not None or end is not None:
+            if start == end:
+                return b""
+            extra["Range"] = _range(start, end)
+            extra["Accept-Encoding"] = "identity"
+        return self._request("GET", url, extra)[2]
+
+    def cat_ranges(self, paths: list[str], starts: list[int], ends: list[int], on_error: str = "raise",
+                   **_: Any) -> list[Any]:
+        """Several ranges at once, each on its own connection (one round trip)."""
+        def one(i: int) -> Any:
+            try:
+                return self.cat_file(paths[i], starts[i], ends[i])
+            except Exception as e:
+                if on_error == "return":
+                    return e
+                raise
+
+        if len(paths) <= 1:
+            return [one(i) for i in range(len(paths))]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(8, thread_name_prefix="refindex-http")
+        return list(self._pool.map(one, range(len(paths))))
+
+    def info_and_ranges(self, url: str, spans: list[tuple[int, int]]) -> list[Any]:
+        """``[info, bytes of each span...]`` in one round trip (a failed range: its exception)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(8, thread_name_prefix="refindex-http")
+        info = self._pool.submit(self.info, url)
+        datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans], on_error="return")
+        return [info.result(), *datas]
+
+    # ---------------------------------------------------------------- requests
+    def _request(self, method: str, url: str, extra: dict[str, str],
+                 body: bool = True) -> tuple[int, http.client.HTTPMessage, bytes, str]:
+        """(status, headers, body, final URL) of ``method url``, redirects followed; errors raised as fsspec's."""
+        headers = {**self.headers, **extra}
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(url)
+            resp, conn = self._send(method, parts, headers)
+            status = resp.status
+            if status in REDIRECTS and resp.getheader("Location"):
+                resp.read()
+                self._release(parts, conn, resp)
+                target = urljoin(url, resp.getheader("Location"))
+                if urlsplit(target).netloc != parts.netloc:  # credentials stay with the host they were meant for
+                    headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
+                url = target
+                continue
+            if status >= 400:
+                resp.read()
+                self._release(parts, conn, resp)
+                if status == 404:
+                    raise FileNotFoundError(url)
+                raise HTTPStatusError(status, url, resp.reason)
+            if not body and method == "GET":  # headers were all that was asked: the body is not read
+                conn.close()
+                return status, resp.headers, b"", url
+            data = resp.read()
+            self._release(parts, conn, resp)
+            return status, resp.headers, _decoded(data, resp.getheader("Content-Encoding")), url
+        raise HTTPStatusError(310, url, f"more than {MAX_REDIRECTS} redirects")
+
+    def _send(self, method: str, parts: Any, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
+        target = quote(parts.path or "/", safe=SAFE_PATH) + (f"?{quote(parts.query, safe=SAFE_QUERY)}"
+                                                              if parts.query else "")
+        for attempt in (0, 1):
+            conn, reused = self._connection(parts)
+            try:
+                conn.request(method, target, headers=headers)
+                return conn.getresponse(), conn
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if not reused or attempt:  # a kept connection the server had closed: once more on a new one
+                    raise
+            except OSError as e:
+                conn.close()
+                e.server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+                raise  # (the server named in the error: refindex.source.reason_of)
+            except Exception:
+                conn.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def _connection(self, parts: Any) -> tuple[http.client.HTTPConnection, bool]:
+        key = (parts.scheme, parts.netloc)
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop(), True
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout), False
+        if parts.scheme != "http":
+            raise ValueError(f"not an HTTP URL: {parts.geturl()}")
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), False
+
+    def _release(self, parts: Any, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        if resp.will_close:
+            conn.close()
+            return
+        with self._lock:
+            self._idle.setdefault((parts.scheme, parts.netloc), []).append(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            for conns in self._idle.values():
+                for c in conns:
+                    c.close()
+            self._idle.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+def _range(start: int | None, end: int | None) -> str:
+    if start is not None and start < 0:
+        return f"bytes={start}" if end is None else f"bytes={start}-{end - 1}"  # a suffix: the last bytes
+    return f"bytes={start or 0}-" + ("" if end is None else str(end - 1))
+
+
+def _described(headers: http.client.HTTPMessage, url: str) -> dict[str, Any]:
+    """fsspec's ``info`` fields from a response's headers."""
+    out: dict[str, Any] = {}
+    length, encoding = headers.get("Content-Length"), headers.get("Content-Encoding")
+    if length is not None and encoding in (None, "", "identity"):
+        out["size"] = int(length)
+    elif headers.get("Content-Range"):
+        total = headers["Content-Range"].rpartition("/")[2]
+        if total.isdigit():
+            out["size"] = int(total)
+    if headers.get("Content-Type"):
+        out["mimetype"] = headers["Content-Type"].partition(";")[0]
+    if headers.get("Accept-Ranges") == "none":
+        out["partial"] = False
+    out["url"] = url
+    for name in ("ETag", "Content-MD5", "Digest", "Last-Modified"):
+        if headers.get(name):
+            out[name] = headers[name]
+    return out
+
+
+def _decoded(data: bytes, encoding: str | None) -> bytes:
+    """A body as sent with ``Content-Encoding`` gzip or deflate, decoded (as aiohttp does)."""
+    enc = (encoding or "").strip().lower()
+    if enc in ("", "identity"):
+        return data
+    if enc in ("gzip", "x-gzip", "deflate"):
+        try:
+            return zlib.decompress(data, 47)  # gzip or zlib header, detected
+        except zlib.error:
+            return zlib.decompress(data, -15)  # raw deflate
+    raise HTTPStatusError(415, "", f"content encoding {encoding!r} is not supported")

@@ -1,0 +1,157 @@
+"""refindex's own HTTP requests (refindex.source._http): the few requests of an open (an index, a
+freshness check) go through the standard library instead of fsspec's aiohttp backend, whose import
+alone is longer than both round trips.  They must answer exactly as fsspec's HTTP filesystem does,
+fail in the same words, and leave an indexed file's open on the h5py road free of aiohttp."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import fsspec
+import h5py
+import numpy as np
+import pytest
+
+import refindex
+import webserver
+from refindex.errors import SourceError, StaleIndexError
+from refindex.read._load import load_refs
+from refindex.source import QuickHTTP, described, quick_filesystem, retry_policy
+
+DATA = bytes(range(256)) * 40  # 10 KiB
+SERVERS = {"etag+last-modified": {}, "last-modified": dict(etag=False), "neither": dict(etag=False, last_modified=False),
+           "no ranges": dict(ranges=False)}
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(retry_policy, "backoff", 0.01)
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_it_answers_as_fsspec_http_does(kind):
+    """info (the validators a freshness check compares), whole files, ranges, several ranges at once:
+    the same answers as fsspec's HTTP filesystem, from servers with and without ETag, Last-Modified, Range."""
+    with webserver.serve(**SERVERS[kind]) as server:
+        url = server.put("f.bin", DATA, mtime=1_700_000_000.5)
+        quick, path = quick_filesystem(url)
+        assert isinstance(quick, QuickHTTP) and path == url
+        slow = fsspec.filesystem("http", skip_instance_cache=True)
+        assert described(quick.info(url)) == described(slow.info(url))
+        assert quick.info(url)["size"] == len(DATA) and quick.size(url) == len(DATA)
+        assert quick.exists(url) and not quick.exists(server.url("nothing.bin"))
+        assert quick.cat_file(url) == slow.cat_file(url) == DATA
+        for a, b in [(0, 10), (100, 5000), (len(DATA) - 7, len(DATA))]:
+            assert quick.cat_file(url, a, b) == slow.cat_file(url, start=a, end=b)  # (Range ignored: the whole file)
+        starts, ends = [0, 300, 9000], [10, 700, 10240]
+        assert quick.cat_ranges([url] * 3, starts, ends) == slow.cat_ranges([url] * 3, starts, ends)
+        info, *datas = quick.info_and_ranges(url, list(zip(starts, ends)))
+        assert described(info) == described(slow.info(url)) and datas == slow.cat_ranges([url] * 3, starts, ends)
+
+
+def test_redirects_gzip_and_headers_as_fsspec():
+    """A redirect is followed (an archive's download URL pointing at its object store), a body stored
+    gzip-compressed is decoded, the user's headers are sent."""
+    index = {"version": 1, "refs": {".zgroup": json.dumps({"zarr_format": 2})}}
+    with webserver.serve() as server:
+        server.put("index.json", json.dumps(index).encode())
+        server.put("packed.json", json.dumps(index).encode(), gzip=True)
+        server.redirects["download/index.json"] = server.url("index.json")
+        for name in ("index.json", "packed.json", "download/index.json"):
+            assert load_refs(server.url(name)) == index == load_refs(server.url(name), {"client_kwargs": {}}), name
+        quick = QuickHTTP({"X-Token": "t"})
+        url = server.url("download/index.json")
+        assert quick.info(url)["url"] == server.url("index.json")  # where it was found, as fsspec reports
+        assert quick.info(url)["size"] == len(json.dumps(index))
+        server.requests.clear()
+        quick.cat_file(url, 0, 4)
+        assert [r[2] for r in server.requests] == ["bytes=0-3", "bytes=0-3"]  # the redirect, then the file
+
+
+def test_options_it_does_not_honour_go_to_fsspec():
+    quick, _ = quick_filesystem("http://example.org/f.json", {"headers": {"A": "b"}, "block_size": 1})
+    assert isinstance(quick, QuickHTTP) and quick.headers == {"A": "b"}
+    for so in ({"client_kwargs": {"trust_env": True}}, {"headers": "not a mapping"}):
+        assert not isinstance(quick_filesystem("http://example.org/f.json", so)[0], QuickHTTP)
+    assert not isinstance(quick_filesystem("s3://bucket/f.json", {})[0], QuickHTTP)
+
+
+@pytest.mark.parametrize("options", [None, {"client_kwargs": {}}], ids=["quick", "fsspec"])
+def test_failures_say_the_same_either_way(options):
+    """Missing, forbidden, a server error that outlasts the retries, no server at all: the same
+    refindex error through refindex's own requests as through fsspec's."""
+    with webserver.serve() as server:
+        server.put("secret.json", b"{}")
+        server.statuses["secret.json"] = 403
+        server.statuses["busy.json"] = 503
+        cases = {"missing.json": "index not found",
+                 "secret.json": "the server refused access (HTTP 403): the URL may need credentials or a signed link",
+                 "busy.json": "could not read the index: "}
+        for name, said in cases.items():
+            with pytest.raises(SourceError) as e:
+                load_refs(server.url(name), options)
+            assert str(e.value).startswith(f"{server.url(name)}: {said}"), str(e.value)
+        assert sum(1 for r in server.requests if r[1] == "/busy.json") == 1 + retry_policy.retries  # retried
+    port = webserver_free_port()
+    url = f"http://127.0.0.1:{port}/x.json"
+    with pytest.raises(SourceError) as e:
+        load_refs(url, options)
+    assert str(e.value) == (f"{url}: cannot connect to 127.0.0.1:{port} (connection refused): "
+                            "is the server running and the URL right?")
+
+
+def webserver_free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _chunked(path) -> None:
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=np.arange(40_000, dtype="<i4").reshape(400, 100), chunks=(50, 100),
+                         compression="gzip")
+        f["data"].attrs["units"] = "volts"
+        f.create_group("group").create_dataset("small", data=np.arange(5.0))
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import h5py, refindex
+    f = refindex.h5py_file(sys.argv[1])
+    opened = {"aiohttp": "aiohttp" in sys.modules, "units": f["data"].attrs["units"],
+              "small": f["group/small"][()].tolist(), "stats": f.refindex_file.stats.as_dict()}
+    data = f["data"][()]
+    print(json.dumps({**opened, "sum": int(data.sum()), "shape": list(data.shape),
+                      "aiohttp_after_data": "aiohttp" in sys.modules}))
+""")
+
+
+def test_an_indexed_file_opens_on_the_h5py_road_without_aiohttp(tmp_path):
+    """What the user waits for at open: the index and the freshness check, made without importing
+    aiohttp (0.2 s); data read later through fsspec equals h5py's; a changed file is still refused."""
+    _chunked(tmp_path / "data.h5")
+    with webserver.serve() as server:
+        url = server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_000)
+        index = server.put("data.json", json.dumps(refindex.scan(url)).encode())
+        server.requests.clear()
+        out = subprocess.run([sys.executable, "-c", CHILD, index], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        with h5py.File(tmp_path / "data.h5", "r") as h:
+            want = {"units": h["data"].attrs["units"], "small": h["group/small"][()].tolist(),
+                    "sum": int(h["data"][()].sum()), "shape": list(h["data"].shape)}
+        assert {k: got[k] for k in want} == want
+        assert not got["aiohttp"] and got["stats"]["requests"] == 0  # opened from the pages, no aiohttp
+        assert got["aiohttp_after_data"]  # the chunks came through fsspec, as scans read them
+        opening = server.requests[: server.requests.index(("HEAD", "/data.h5", None)) + 1]
+        assert opening == [("GET", "/data.json", None), ("HEAD", "/data.h5", None)]  # index, freshness (ETag)
+        with h5py.File(tmp_path / "data.h5", "a") as h:
+            h["data"][0, 0] = -1
+        server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_100)
+        with pytest.raises(StaleIndexError, match="changed since it was indexed"):
+            refindex.h5py_file(index)
