@@ -27,9 +27,11 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from webserver import LoopbackHTTPServer
 
 RUN = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell", "console": "console"}
 EXAMPLE_URL = "https://data.example.org/"
@@ -155,7 +157,7 @@ class FolderServer:
 
     def __init__(self, folder: str | os.PathLike):
         handler = type("Handler", (_Handler,), {"root": Path(folder).resolve()})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = LoopbackHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
         self.thread = threading.Thread(target=self.server.serve_forever, name="docs-http", daemon=True)

@@ -37,6 +37,7 @@ from refindex.source import open_source
 from refindex.testing import indexfiles
 
 from corpus import CORPUS, manifest_rows  # noqa: E402
+import webserver
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -188,7 +189,7 @@ class _Ranges(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def serve(path):
     handler = type("H", (_Ranges,), {"data": open(path, "rb").read(), "requests": 0, "fail": set()})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield handler, f"http://127.0.0.1:{server.server_address[1]}/{path.name}"

@@ -28,6 +28,7 @@ import refindex
 
 import nwbcompare  # noqa: E402
 from h5compare import assert_same_h5  # noqa: E402
+import webserver
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -97,7 +98,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def serve(folder: Path):
     handler = type("H", (_Handler,), {"root": str(folder), "log": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield handler, f"http://127.0.0.1:{server.server_address[1]}"

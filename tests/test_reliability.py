@@ -28,6 +28,7 @@ from refindex.isolate import Worker
 from conftest import assert_same_values, consumer_open, free_port, moto_s3, notes, scan_open, zvalues
 
 from corpus import CORPUS  # noqa: E402
+import webserver
 
 
 def _simple(path: Path) -> Path:
@@ -242,7 +243,7 @@ def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
     monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     p = _simple(tmp_path / "web.h5")
     handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 2, "seen": 0})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/web.h5"
@@ -265,7 +266,7 @@ def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
     """The size is asked for with the file's first and last bytes (a suffix range), not before them."""
     p = _simple(tmp_path / "web.h5")
     handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 0, "seen": 0, "asked": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         stats: dict = {}

@@ -31,6 +31,7 @@ from refindex.read import ExternalIndexes, ReadOptions, UrlPolicy
 
 import nwbcompare  # noqa: E402  (tests/ is on sys.path under pytest)
 import nwbfiles  # noqa: E402
+import webserver
 from conftest import moto_s3
 
 pytestmark = pytest.mark.timeout(120)
@@ -77,7 +78,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def http_server():
     handler = type("H", (_RangeHandler,), {"files": {}, "log": []})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield handler, f"http://127.0.0.1:{server.server_address[1]}"
