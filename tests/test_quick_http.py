@@ -18,6 +18,7 @@ import pytest
 import refindex
 import webserver
 from refindex.errors import SourceError, StaleIndexError
+from refindex.options import CacheOptions
 from refindex.read._load import load_refs
 from refindex.source import QuickHTTP, described, quick_filesystem, retry_policy
 
@@ -155,3 +156,60 @@ def test_an_indexed_file_opens_on_the_h5py_road_without_aiohttp(tmp_path):
         server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_100)
         with pytest.raises(StaleIndexError, match="changed since it was indexed"):
             refindex.h5py_file(index)
+
+
+def test_a_large_batch_of_ranges_goes_to_fsspec():
+    with webserver.serve() as server:
+        url = server.put("f.bin", DATA)
+        quick = QuickHTTP()
+        starts = list(range(0, 40 * 200, 200))
+        ends = [s + 100 for s in starts]
+        assert quick.cat_ranges([url] * 40, starts, ends) == [DATA[a:b] for a, b in zip(starts, ends)]
+        assert quick.for_many(40) is not quick and type(quick.for_many(40)).__name__ == "HTTPFileSystem"
+        assert quick.for_many(3) is quick
+
+
+def _many_nodes(path) -> None:
+    """Small files and one whose chunk index has hundreds of B-tree nodes (a level is a large batch)."""
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.create_dataset("many", data=np.arange(2_000_000, dtype="<i4"), chunks=(500,))
+        f.create_dataset("few", data=np.arange(5.0))
+        f.attrs["title"] = "scanned"
+
+
+@pytest.mark.parametrize("kind", ["etag+last-modified", "no ranges"])
+def test_a_scan_through_it_makes_the_same_index_as_through_fsspec(tmp_path, kind, monkeypatch):
+    """The scan's requests (the file's info with its head and tail, the tree's levels) go through
+    refindex's own client, a large level through fsspec: the same index either way, values as h5py's."""
+    _many_nodes(tmp_path / "f.h5")
+    batches = []
+    real = QuickHTTP.for_many
+    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n: batches.append(n) or real(self, n))
+    with webserver.serve(**SERVERS[kind]) as server:
+        url = server.put("f.h5", (tmp_path / "f.h5").read_bytes(), mtime=1_700_000_000)
+        small = CacheOptions(block_size=4096, first_read=4096, tail_read=4096)  # many small blocks: large batches
+        quick = refindex.scan(url, inline_dataset_threshold=0, cache=small)
+        if kind != "no ranges":  # (a server without Range support sends the whole file at once)
+            assert max(batches) > refindex.source._http.MANY  # the index's nodes: a batch for fsspec
+        slow = refindex.scan(url, inline_dataset_threshold=0, cache=small, storage_options={"client_kwargs": {}})
+        assert quick == slow
+        z = refindex.open(quick)
+        with h5py.File(tmp_path / "f.h5", "r") as h:
+            for part in (slice(0, 3000), slice(-3000, None)):  # (4000 chunks, a request each: a sample)
+                assert np.array_equal(z["many"][part], h["many"][part])
+            assert np.array_equal(z["few"][:], h["few"][()])
+
+
+def test_a_small_file_opens_on_the_fly_without_aiohttp(tmp_path):
+    """h5py_file on an HDF5 URL scans it first: a small file's scan needs few requests, all made
+    without aiohttp; the values read equal h5py's."""
+    _chunked(tmp_path / "data.h5")
+    with webserver.serve() as server:
+        url = server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_000)
+        child = CHILD.replace("refindex.h5py_file(sys.argv[1])", "refindex.h5py_file(sys.argv[1], cache=False)")
+        out = subprocess.run([sys.executable, "-c", child, url], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert not got["aiohttp"]
+        with h5py.File(tmp_path / "data.h5", "r") as h:
+            assert got["sum"] == int(h["data"][()].sum()) and got["units"] == h["data"].attrs["units"]

@@ -14,8 +14,9 @@ from ._failures import WHOLE_FILE_FALLBACK, ranged, reason_of, source_error, who
 from ._fingerprint import digest as fingerprint_digest
 from ._fingerprint import recorded_spans as fingerprint_spans
 from ._fetch import RangeFetcher
-from ._http import HTTPStatusError, QuickHTTP, quick_filesystem
-from ._open import HDF5_SIGNATURE, Source, describe, file_info, filesystem_of, has_hdf5_signature, open_source, stat
+from ._http import HTTPStatusError, QuickHTTP
+from ._open import HDF5_SIGNATURE, Source, describe, file_info, filesystem_of, has_hdf5_signature, open_source
+from ._open import quick_filesystem, stat
 from ._prefetch import prefetch_tree
 from ._record import INDEX_PREFIX, META, LocalFile, ReadRecorder
 from ._retry import RetryPolicy, is_transient, retry_policy, with_retries

@@ -1,12 +1,12 @@
-"""The few HTTP(S) requests of an open, through the standard library.
+"""HTTP(S) requests made a few at a time, through the standard library.
 
 Opening an indexed file on the h5py road makes two requests: the index, and the freshness
-check of its source.  fsspec's HTTP filesystem would make them as well, but it needs
-aiohttp, whose import alone (about 0.2 s) is longer than both round trips.  So those
-requests, and the others of their kind (a cached index's freshness check, a probe of what
-a URL is), go through :class:`QuickHTTP`: ``http.client``, sync, a connection kept per
-host, concurrent only where several ranges are asked for at once.  Reading data (many
-ranges, overlapped with decoding) stays with fsspec.
+check of its source; scanning a small file a handful more.  fsspec's HTTP filesystem would
+make them as well, but it needs aiohttp, whose import alone (about 0.2 s) is longer than
+those round trips.  So they go through :class:`QuickHTTP`: ``http.client``, a connection
+kept per host, up to :data:`MANY` ranges side by side in threads.  A larger batch (the
+levels of a big chunk index, thousands of nodes) is handed to fsspec's event loop
+(:meth:`QuickHTTP.for_many`), and reading data on the h5py road stays with fsspec.
 
 It answers as fsspec's HTTP filesystem does, so callers need not know which one they have:
 ``info`` tries HEAD then GET and reports ``size``, ``ETag``, ``Last-Modified``, the final
@@ -27,15 +27,12 @@ from urllib.parse import quote, urljoin, urlsplit
 
 HONOURED = frozenset({"headers", "block_size", "cache_type", "cache_options", "simple_links", "same_scheme",
                       "skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths"})
+MANY = 16  # ranges fetched side by side in threads; a larger batch goes to fsspec's event loop
 REDIRECTS = {301, 302, 303, 307, 308}
 MAX_REDIRECTS = 10
 TIMEOUT = 60.0  # seconds without a byte from the server: the request fails (and is retried as transient)
 SAFE_PATH = "/%:@!$&'()*+,;=-._~"
 SAFE_QUERY = SAFE_PATH + "?"
-
-
-_SHARED: dict[tuple[tuple[str, str], ...], "QuickHTTP"] = {}
-_SHARED_LOCK = threading.Lock()
 
 
 class HTTPStatusError(OSError):
@@ -45,22 +42,6 @@ class HTTPStatusError(OSError):
         super().__init__(f"HTTP {status} {reason}".rstrip() + f" for {url}")
         self.status = status
         self.url = url
-
-
-def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """(filesystem, path) for a few requests to ``url``: :class:`QuickHTTP` for an HTTP(S) URL whose
-    storage options it honours (one per set of headers, so its connections are reused), else fsspec's."""
-    from ._open import filesystem_of
-
-    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options):
-        return filesystem_of(url, storage_options)
-    headers = {str(k): str(v) for k, v in ((storage_options or {}).get("headers") or {}).items()}
-    key = tuple(sorted(headers.items()))
-    with _SHARED_LOCK:
-        fs = _SHARED.get(key)
-        if fs is None:
-            fs = _SHARED[key] = QuickHTTP(headers)
-    return fs, url
 
 
 def honours(storage_options: dict[str, Any] | None) -> bool:
@@ -76,9 +57,12 @@ class QuickHTTP:
     protocol = ("http", "https")
     async_impl = False
 
-    def __init__(self, headers: dict[str, str] | None = None, timeout: float = TIMEOUT):
+    def __init__(self, headers: dict[str, str] | None = None, timeout: float = TIMEOUT,
+                 options: dict[str, Any] | None = None):
         self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
         self.timeout = timeout
+        self.options = dict(options or {"headers": self.headers})  # what fsspec gets for a large batch
+        self._bulk: Any = None
         self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -121,9 +105,23 @@ class QuickHTTP:
             extra["Accept-Encoding"] = "identity"
         return self._request("GET", url, extra)[2]
 
-    def cat_ranges(self, paths: list[str], starts: list[int], ends: list[int], on_error: str = "raise",
+    def for_many(self, n: int) -> Any:
+        """The filesystem for a batch of ``n`` ranges: this one up to :data:`MANY`, else fsspec's
+        HTTP filesystem with the same options (made, and aiohttp imported, at the first such batch)."""
+        if n <= MANY:
+            return self
+        if self._bulk is None:
+            import fsspec
+
+            self._bulk = fsspec.filesystem("http", **self.options)
+        return self._bulk
+
+    def cat_ranges(self, paths: list[str], starts: list[int], ends: list[int | None], on_error: str = "raise",
                    **_: Any) -> list[Any]:
         """Several ranges at once, each on its own connection (one round trip)."""
+        if len(paths) > MANY:
+            return self.for_many(len(paths)).cat_ranges(paths, starts, ends, on_error=on_error)
+
         def one(i: int) -> Any:
             try:
                 return self.cat_file(paths[i], starts[i], ends[i])
@@ -135,13 +133,14 @@ class QuickHTTP:
         if len(paths) <= 1:
             return [one(i) for i in range(len(paths))]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(8, thread_name_prefix="refindex-http")
+            self._pool = ThreadPoolExecutor(MANY, thread_name_prefix="refindex-http")
         return list(self._pool.map(one, range(len(paths))))
 
-    def info_and_ranges(self, url: str, spans: list[tuple[int, int]]) -> list[Any]:
-        """``[info, bytes of each span...]`` in one round trip (a failed range: its exception)."""
+    def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]]) -> list[Any]:
+        """``[info, bytes of each span...]`` in one round trip (a failed range: its exception; a
+        negative start without an end: the file's last bytes)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(8, thread_name_prefix="refindex-http")
+            self._pool = ThreadPoolExecutor(MANY, thread_name_prefix="refindex-http")
         info = self._pool.submit(self.info, url)
         datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans], on_error="return")
         return [info.result(), *datas]

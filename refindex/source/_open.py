@@ -7,7 +7,9 @@ through fsspec behind :class:`~refindex.source.BlockCache`, whose cache
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import ranged, source_error
+from ._http import QuickHTTP, honours
 from ._prefetch import prefetch_tree
 from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
@@ -140,25 +143,29 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     whole blocks).  Filesystems without an async API, or reads that fail, leave the ends
     to the cache (None): only the ``info`` call's own failure is an error here.
     """
-    if not _suffix_ranges(fs) or not cache.first_read or not cache.tail_read:
+    quick = hasattr(fs, "info_and_ranges")  # refindex's own HTTP requests: side by side in threads
+    if not cache.first_read or not cache.tail_read or not (quick or _suffix_ranges(fs)):
         return file_info(fs, path), None
-    import asyncio
-
-    from fsspec.asyn import sync
-
-    async def together() -> list[Any]:
-        return await asyncio.gather(fs._info(path), fs._cat_file(path, start=0, end=cache.first_read),
-                                    fs._cat_file(path, start=-(cache.tail_read + cache.block_size)),
-                                    return_exceptions=True)
+    tail = -(cache.tail_read + cache.block_size)
 
     def once() -> list[Any]:
+        if quick:
+            return fs.info_and_ranges(path, [(0, cache.first_read), (tail, None)])
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        async def together() -> list[Any]:
+            return await asyncio.gather(fs._info(path), fs._cat_file(path, start=0, end=cache.first_read),
+                                        fs._cat_file(path, start=tail), return_exceptions=True)
+
         out = sync(fs.loop, together)
         if isinstance(out[0], BaseException):
             raise out[0]
         return out
 
-    info, head, tail = _stat(lambda: with_retries(once), path)
-    ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
+    info, head, end = _stat(lambda: with_retries(once), path)
+    ends = (head, end) if isinstance(head, bytes) and isinstance(end, bytes) else None
     return _checked_info(info, path), ends
 
 
@@ -199,6 +206,24 @@ def filesystem_of(url: str, storage_options: dict[str, Any] | None = None) -> tu
         return urls.filesystem(url, storage_options)
     except Exception as e:
         raise SourceError(f"cannot open filesystem for {urls.split(url)[0]}://: {e}", file=url) from e
+
+
+_QUICK: dict[str, QuickHTTP] = {}
+_QUICK_LOCK = threading.Lock()
+
+
+def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
+    """(filesystem, path) for ``url``, with refindex's own HTTP requests where they serve: a
+    :class:`~refindex.source.QuickHTTP` for an HTTP(S) URL whose storage options it honours (one
+    per set of options, so its connections are reused), else :func:`filesystem_of`."""
+    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options):
+        return filesystem_of(url, storage_options)
+    key = json.dumps(storage_options or {}, sort_keys=True, default=repr)
+    with _QUICK_LOCK:
+        fs = _QUICK.get(key)
+        if fs is None:
+            fs = _QUICK[key] = QuickHTTP((storage_options or {}).get("headers"), options=storage_options)
+    return fs, url
 
 
 def stat(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -243,7 +268,7 @@ def open_source(
                 local.close()
         return
 
-    fs, path = filesystem_of(url, storage_options)
+    fs, path = quick_filesystem(url, storage_options)
     cache = cache or CacheOptions()
     t0 = time.perf_counter()
     info, ends = info_and_ends(fs, path, cache)

@@ -22,7 +22,8 @@ retry_policy = RetryPolicy()  # the process's policy (tests shorten the backoff)
 
 _TRANSIENT_NAMES = {"ClientConnectorError", "ServerDisconnectedError", "ClientOSError", "ClientPayloadError",
                     "ServerTimeoutError", "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
-                    "ConnectionClosedError", "IncompleteReadError", "ResponseStreamingError"}
+                    "ConnectionClosedError", "IncompleteReadError", "ResponseStreamingError",
+                    "IncompleteRead"}
 
 
 def is_transient(e: BaseException) -> bool:
