@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -50,3 +51,31 @@ def sampled(names: list[str], limit: int = SAMPLE_ABOVE) -> list[str]:
         return names
     step = (len(names) - 1) / (limit - 1)
     return [names[round(i * step)] for i in range(limit)]
+
+
+WHOLE_READ_LIMIT = 256 << 20  # arrays of more bytes (unallocated giants) are compared on a few chunks ...
+MANY_CHUNKS = 1000  # ... and so are arrays of more chunks (zarr decodes ~0.15 ms a chunk, 34,000 in one file)
+
+
+def read_whole(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> bool:
+    """Is an array small enough, in bytes and in chunks, for a module that re-checks the corpus to
+    compare it whole?  (test_corpus compares every value; the others check a route's metadata,
+    which is the same in every chunk.)  Python ints: giant arrays overflow int64."""
+    nbytes, nchunks = int(itemsize), 1
+    for n, c in zip(shape, chunks):
+        nbytes *= int(n)
+        nchunks *= -(-int(n) // max(1, int(c)))
+    return nbytes <= WHOLE_READ_LIMIT and nchunks <= MANY_CHUNKS
+
+
+def chunk_samples(shape: Sequence[int], chunks: Sequence[int], side: int = 512) -> list[tuple[slice, ...]]:
+    """Selections of an array's first, middle and last chunk (at most ``side`` elements along each
+    axis): what an array not read whole is compared on."""
+    grid = [max(1, -(-int(n) // max(1, int(c)))) for n, c in zip(shape, chunks)]
+    out = []
+    for pick in (0, 0.5, 1):
+        at = [min(g - 1, int((g - 1) * pick)) for g in grid]
+        sel = tuple(slice(i * c, min(i * c + min(c, side), n)) for i, c, n in zip(at, chunks, shape))
+        if sel not in out:
+            out.append(sel)
+    return out

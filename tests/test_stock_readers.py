@@ -9,6 +9,7 @@ codec no stock package has.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 import refindex
 from stockenv import StockError, StockGroup, StockReader
 
-from corpus import CORPUS, sampled  # noqa: E402
+from corpus import CORPUS, chunk_samples, read_whole, sampled  # noqa: E402
 MANIFEST = CORPUS / "MANIFEST.tsv"
 
 
@@ -66,33 +67,27 @@ def stock_report(reader: StockReader, path: str, index: str, only: set[str] | No
     return opened, report
 
 
-HUGE = 256 << 20  # arrays of more bytes or more chunks: the stock reader decodes a few of their chunks, not all
-MANY_CHUNKS = 1000
-
-
 def sample_arrays(index: str) -> tuple[set[str], dict[str, dict]]:
     """Which arrays of ``index`` the stock reader reads whole, and the huge ones (path -> .zarray).
 
     test_corpus compares every value of every array through zarr already; what this module adds is
     whether zarr *without refindex* decodes them, which depends on each array's metadata (codecs,
     dtype, fill value), not on its size or number. So: one array of each kind of metadata, plus
-    an evenly spaced sample (corpus.sampled); arrays over HUGE bytes or MANY_CHUNKS chunks are read
-    in three chunks (first, middle, last)."""
+    an evenly spaced sample (corpus.sampled); arrays too large to read whole (corpus.read_whole) are
+    read in three chunks (corpus.chunk_samples)."""
     with open(index) as fh:
         refs = json.load(fh)["refs"]
     metas = {k[: -len("/.zarray")]: json.loads(v) for k, v in refs.items() if k.endswith("/.zarray")}
     if not metas and ".zarray" in refs:
         metas = {"": json.loads(refs[".zarray"])}
-    def nbytes(m: dict, shape: list[int]) -> float:
-        return float(np.prod(shape, dtype=np.float64)) * np.dtype(m["dtype"] if isinstance(m["dtype"], str) else "V1").itemsize
 
-    def chunks(m: dict) -> float:
-        return float(np.prod([-(-n // max(1, c)) for n, c in zip(m["shape"], m["chunks"])], dtype=np.float64))
+    def itemsize(m: dict) -> int:
+        return np.dtype(m["dtype"] if isinstance(m["dtype"], str) else "V1").itemsize
 
-    # huge (in chunks of at most 64 MiB: one huge chunk is left to verify, which samples it), or of very
-    # many chunks (jhdf's 10,000 one-element chunks per array): their codecs are the same in every chunk
-    huge = {p: m for p, m in metas.items() if (nbytes(m, m["shape"]) > HUGE or chunks(m) > MANY_CHUNKS)
-            and nbytes(m, m["chunks"]) <= 64 << 20}
+    # huge or of very many chunks (jhdf's 10,000 one-element chunks per array), in chunks of at most
+    # 64 MiB (one huge chunk is left to verify, which samples it): their codecs are the same in every chunk
+    huge = {p: m for p, m in metas.items() if not read_whole(m["shape"], m["chunks"], itemsize(m))
+            and math.prod(m["chunks"]) * itemsize(m) <= 64 << 20}
     kinds: dict[str, str] = {}
     for p, m in sorted(metas.items()):
         kind = json.dumps({k: v for k, v in m.items() if k not in ("shape", "chunks")}, sort_keys=True)
@@ -106,10 +101,7 @@ def huge_differences(reader: StockReader, path: str, index: str, huge: dict[str,
     bad = {}
     with h5py.File(path, "r") as f:
         for p, meta in huge.items():
-            grid = [max(1, -(-n // c)) for n, c in zip(meta["shape"], meta["chunks"])]
-            for pick in (0, 0.5, 1):
-                at = [min(g - 1, int((g - 1) * pick)) for g in grid]
-                sel = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(at, meta["chunks"], meta["shape"]))
+            for sel in chunk_samples(meta["shape"], meta["chunks"]):
                 try:
                     got = reader.ask("read", index, p, sel)
                 except StockError as e:

@@ -40,7 +40,7 @@ from refindex.model import V3_KEYS
 from refindex.options import ScanOptions
 from stockenv import StockReader, stock_verify
 
-from corpus import CORPUS  # noqa: E402
+from corpus import CORPUS, chunk_samples, read_whole  # noqa: E402
 
 register_v3_codecs()
 register_codecs()  # the v2 indexes compared with: refindex's numcodecs entry points, imagecodecs' codecs
@@ -1036,22 +1036,12 @@ def _corpus_rows() -> list[dict[str, str]]:
 ROWS = _corpus_rows()
 NO_CORPUS = pytest.mark.skipif(not ROWS, reason=f"HDF5 corpus not found at {CORPUS}")
 COUNTS: dict[str, int] = {"files": 0, "arrays": 0, "not_hdf5": 0, "slices": 0, "stock_files": 0}
-WHOLE_READ_LIMIT = 256 << 20  # larger arrays (unallocated giants) are compared on samples ...
-MANY_CHUNKS = 1000  # ... and so are arrays of more chunks (zarr decodes ~0.15 ms per chunk, 34,000 in one file)
-
-
 def _read_both(a2: zarr.Array, a3: zarr.Array) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Both reads of the whole array, or of its first and last chunks (their chunk entries are
+    """Both reads of the whole array, or of its first, middle and last chunks (their chunk entries are
     compared byte for byte with the v2 ones anyway: a sample checks the translation of the metadata)."""
-    nbytes, nchunks = a2.dtype.itemsize, 1
-    for n, c in zip(a2.shape, a2.chunks):  # Python ints: zarr's nbytes overflows int64 for giant arrays
-        nbytes *= int(n)
-        nchunks *= -(-int(n) // int(c))
-    if nbytes <= WHOLE_READ_LIMIT and nchunks <= MANY_CHUNKS:
+    if read_whole(a2.shape, a2.chunks, a2.dtype.itemsize):
         return [(values(a2), values(a3))]
-    head = tuple(slice(0, min(n, 2 * c, 512)) for n, c in zip(a2.shape, a2.chunks))
-    tail = tuple(slice(max(0, n - min(c, 512)), n) for n, c in zip(a2.shape, a2.chunks))
-    return [(np.asarray(a2[sel]), np.asarray(a3[sel])) for sel in (head, tail)]
+    return [(np.asarray(a2[sel]), np.asarray(a3[sel])) for sel in chunk_samples(a2.shape, a2.chunks)]
 
 
 @NO_CORPUS
