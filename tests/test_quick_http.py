@@ -134,7 +134,8 @@ CHILD = textwrap.dedent("""
 
 def test_an_indexed_file_opens_on_the_h5py_road_without_aiohttp(tmp_path):
     """What the user waits for at open: the index and the freshness check, made without importing
-    aiohttp (0.2 s); data read later through fsspec equals h5py's; a changed file is still refused."""
+    aiohttp (0.2 s), nor later for its first chunks (read ahead in batches of up to 16 ranges); the
+    values equal h5py's; a changed file is still refused."""
     _chunked(tmp_path / "data.h5")
     with webserver.serve() as server:
         url = server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_000)
@@ -148,7 +149,7 @@ def test_an_indexed_file_opens_on_the_h5py_road_without_aiohttp(tmp_path):
                     "sum": int(h["data"][()].sum()), "shape": list(h["data"].shape)}
         assert {k: got[k] for k in want} == want
         assert not got["aiohttp"] and got["stats"]["requests"] == 0  # opened from the pages, no aiohttp
-        assert got["aiohttp_after_data"]  # the chunks came through fsspec, as scans read them
+        assert not got["aiohttp_after_data"]  # its chunks too: batches of up to 16 ranges
         opening = server.requests[: server.requests.index(("HEAD", "/data.h5", None)) + 1]
         assert opening == [("GET", "/data.json", None), ("HEAD", "/data.h5", None)]  # index, freshness (ETag)
         with h5py.File(tmp_path / "data.h5", "a") as h:
@@ -213,3 +214,24 @@ def test_a_small_file_opens_on_the_fly_without_aiohttp(tmp_path):
         assert not got["aiohttp"]
         with h5py.File(tmp_path / "data.h5", "r") as h:
             assert got["sum"] == int(h["data"][()].sum()) and got["units"] == h["data"].attrs["units"]
+
+
+def test_the_h5py_roads_fetcher_reads_few_ranges_itself_and_many_through_fsspec(monkeypatch):
+    from refindex.source import RangeFetcher
+
+    batches = []
+    real = QuickHTTP.for_many
+    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n: batches.append(n) or real(self, n))
+    big = bytes(np.random.default_rng(3).integers(0, 256, 3 << 20, dtype=np.uint8))
+    with webserver.serve() as server:
+        url = server.put("big.bin", big)
+        fetcher = RangeFetcher(url)
+        try:
+            few = [(0, 100), (5000, 9000)]
+            many = [(i * 60_000, i * 60_000 + 1000) for i in range(40)]
+            whole = [(0, len(big))]  # one range of 3 MiB: fetched in 6 parts side by side
+            for ranges in (few, many, whole):
+                assert fetcher.fetch(ranges) == [big[a:b] for a, b in ranges]
+        finally:
+            fetcher.close()
+    assert batches == [2, 40, 6]

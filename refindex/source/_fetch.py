@@ -5,9 +5,9 @@ fetching them while it decodes what it has.  :class:`RangeFetcher` fetches a lis
 as one round trip of concurrent requests (ranges above :data:`SPLIT_ABOVE` in parts side by
 side: object stores serve each connection at a bounded rate), retried on transient
 failures and counted in the same :class:`ReadStats` as the block cache.  ``start`` returns
-a ``concurrent.futures.Future``: async filesystems (http, s3, gcs) run the requests on
-fsspec's own event loop thread; others in a small thread pool; local files are read with
-``os.pread``.
+a ``concurrent.futures.Future``: async filesystems (s3, gcs, http batches of more than 16
+parts) run the requests on fsspec's own event loop thread; others (smaller http batches,
+through refindex's own requests) in a small thread pool; local files are read with ``os.pread``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 from .. import urls
 from ..errors import SourceError
 from ._cache import ReadStats
+from ._open import quick_filesystem
 from ._retry import is_transient, retry_policy, with_retries
 
 SPLIT_ABOVE, PART_BYTES, MAX_PARTS = 1 << 20, 512 << 10, 16
@@ -63,10 +64,10 @@ class RangeFetcher:
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem of a remote file, made at its first use: an open served by an
-        index's pages never needs it (nor fsspec's HTTP backend and its aiohttp import)."""
+        """The filesystem of a remote file (:func:`~refindex.source.quick_filesystem`: over HTTP,
+        refindex's own requests up to a batch of 16, fsspec's beyond), made at its first use."""
         if self._fs is None and not self.local:
-            self._fs, self.path = urls.filesystem(self.url, self._options)
+            self._fs, self.path = quick_filesystem(self.url, self._options)
         return self._fs
 
     def close(self) -> None:
@@ -91,11 +92,14 @@ class RangeFetcher:
             except BaseException as e:  # noqa: BLE001
                 fut.set_exception(e)
             return fut
-        if getattr(self.fs, "async_impl", False):
-            return asyncio.run_coroutine_threadsafe(self._fetch_async(ranges), self.fs.loop)
+        fs = self.fs
+        if hasattr(fs, "for_many"):  # a few ranges through refindex's own requests, a large batch through fsspec
+            fs = fs.for_many(len(split_ranges(ranges)[0]))
+        if getattr(fs, "async_impl", False):
+            return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges), fs.loop)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(4, thread_name_prefix="refindex-fetch")
-        return self._pool.submit(self._fetch_sync, ranges)
+        return self._pool.submit(self._fetch_sync, fs, ranges)
 
     def _pread(self, a: int, b: int) -> bytes:
         data = os.pread(self._fd, b - a, a)
@@ -118,12 +122,12 @@ class RangeFetcher:
                 raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=self.url)
         return [pieces[own[0]] if len(own) == 1 else b"".join(pieces[i] for i in own) for own in owner]
 
-    async def _fetch_async(self, ranges: Ranges) -> list[bytes]:
+    async def _fetch_async(self, fs: Any, ranges: Ranges) -> list[bytes]:
         parts, owner = split_ranges(ranges)
         t0 = time.perf_counter()
         for delay in [*retry_policy.delays(), None]:
             try:
-                pieces = await self.fs._cat_ranges([self.path] * len(parts), [a for a, _ in parts],
+                pieces = await fs._cat_ranges([self.path] * len(parts), [a for a, _ in parts],
                                                    [b for _, b in parts], on_error="return")
                 failed = next((p for p in pieces if isinstance(p, BaseException)), None)
                 if failed is not None:
@@ -136,11 +140,11 @@ class RangeFetcher:
         self._count(t0, parts)
         return self._joined(ranges, owner, pieces, parts)
 
-    def _fetch_sync(self, ranges: Ranges) -> list[bytes]:
+    def _fetch_sync(self, fs: Any, ranges: Ranges) -> list[bytes]:
         parts, owner = split_ranges(ranges)
         t0 = time.perf_counter()
         try:
-            pieces = with_retries(self.fs.cat_ranges, [self.path] * len(parts), [a for a, _ in parts],
+            pieces = with_retries(fs.cat_ranges, [self.path] * len(parts), [a for a, _ in parts],
                                   [b for _, b in parts])
         except Exception as e:  # noqa: BLE001 - any backend's failure
             raise SourceError(f"could not read bytes of {len(ranges)} range(s): {e}", file=self.url) from e
