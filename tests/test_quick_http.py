@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import fsspec
 import h5py
@@ -235,3 +236,19 @@ def test_the_h5py_roads_fetcher_reads_few_ranges_itself_and_many_through_fsspec(
         finally:
             fetcher.close()
     assert batches == [2, 40, 6]
+
+
+def test_connections_the_server_let_go_while_idle_are_replaced():
+    """Servers close kept connections that wait too long.  Every kept one is then stale: a request
+    must not fail on the second either (a HEAD that failed so fell back to GET, whose answer had
+    no ETag: the index then recorded no validator, and every freshness check read 48 ranges)."""
+    with webserver.serve(idle=0.2) as server:
+        url = server.put("f.bin", DATA)
+        quick = QuickHTTP()
+        starts = list(range(0, 8000, 1000))
+        assert quick.cat_ranges([url] * 8, starts, [s + 10 for s in starts]) == [DATA[s:s + 10] for s in starts]
+        time.sleep(0.6)  # the server closes all 8
+        server.requests.clear()
+        assert described(quick.info(url))["etag"]
+        assert [r[0] for r in server.requests] == ["HEAD"]  # no fallback to GET
+        assert quick.cat_ranges([url] * 8, starts, [s + 10 for s in starts]) == [DATA[s:s + 10] for s in starts]

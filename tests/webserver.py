@@ -4,7 +4,8 @@
 (``server.put(name, data)``), with or without an ``ETag`` (derived from the file's mtime and
 size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole seconds, as HTTP
 dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
-answer back (a slow server); ``server.requests`` logs (method, path, Range).  A name can
+answer back (a slow server); ``idle`` closes a kept connection that waits longer than that for
+its next request (as nginx and object stores do); ``server.requests`` logs (method, path, Range).  A name can
 also be answered with a redirect (``server.redirects``), an error status (``server.statuses``)
 or a body stored gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``).
 """
@@ -47,9 +48,11 @@ class Server:
         return self.url(name)
 
 
-def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, delay: float) -> type:
+def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, delay: float,
+             idle: float | None = None) -> type:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = idle  # seconds a kept connection may wait for its next request before the server closes it
         disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms wait for an ACK between
 
         def log_message(self, *args):  # quiet
@@ -113,10 +116,10 @@ class LoopbackHTTPServer(http.server.ThreadingHTTPServer):
 
 @contextlib.contextmanager
 def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
-          delay: float = 0.0) -> Iterator[Server]:
+          delay: float = 0.0, idle: float | None = None) -> Iterator[Server]:
     """A running server on 127.0.0.1 (stopped on exit)."""
     server = Server(base="")
-    httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay))
+    httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay, idle))
     httpd.daemon_threads = True
     server.base = f"http://127.0.0.1:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

@@ -180,14 +180,18 @@ class QuickHTTP:
         target = quote(parts.path or "/", safe=SAFE_PATH) + (f"?{quote(parts.query, safe=SAFE_QUERY)}"
                                                               if parts.query else "")
         for attempt in (0, 1):
-            conn, reused = self._connection(parts)
+            conn, reused = self._connection(parts, fresh=attempt > 0)
             try:
                 conn.request(method, target, headers=headers)
                 return conn.getresponse(), conn
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 conn.close()
-                if not reused or attempt:  # a kept connection the server had closed: once more on a new one
+                if not reused:
                     raise
+                # a kept connection the server closed while it waited (servers let idle ones go after
+                # some seconds): the others kept for that host waited as long, so they go too, and the
+                # request is made once more on a new connection
+                self._forget(parts)
             except OSError as e:
                 conn.close()
                 e.server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
@@ -197,17 +201,23 @@ class QuickHTTP:
                 raise
         raise AssertionError("unreachable")
 
-    def _connection(self, parts: Any) -> tuple[http.client.HTTPConnection, bool]:
+    def _connection(self, parts: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
         key = (parts.scheme, parts.netloc)
         with self._lock:
             idle = self._idle.get(key)
-            if idle:
+            if idle and not fresh:
                 return idle.pop(), True
         if parts.scheme == "https":
             return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout), False
         if parts.scheme != "http":
             raise ValueError(f"not an HTTP URL: {parts.geturl()}")
         return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout), False
+
+    def _forget(self, parts: Any) -> None:
+        with self._lock:
+            stale = self._idle.pop((parts.scheme, parts.netloc), [])
+        for conn in stale:
+            conn.close()
 
     def _release(self, parts: Any, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
         if resp.will_close:
