@@ -252,3 +252,34 @@ def test_connections_the_server_let_go_while_idle_are_replaced():
         assert described(quick.info(url))["etag"]
         assert [r[0] for r in server.requests] == ["HEAD"]  # no fallback to GET
         assert quick.cat_ranges([url] * 8, starts, [s + 10 for s in starts]) == [DATA[s:s + 10] for s in starts]
+
+
+def test_a_forked_process_does_not_share_the_parents_connections():
+    """A worker forked after an open (batch, isolate) must not read answers from the parent's
+    kept sockets: it makes its own connections, and the parent's still work."""
+    import os
+
+    with webserver.serve() as server:
+        url = server.put("f.bin", DATA)
+        quick = QuickHTTP()
+        ranges = ([url] * 3, [0, 10, 20], [5, 15, 25])
+        want = [DATA[0:5], DATA[10:15], DATA[20:25]]
+        assert quick.cat_ranges(*ranges) == want  # three kept connections, the pool's threads started
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only if its reads are right
+            ok = all(quick.cat_file(url, a, a + 100) == DATA[a:a + 100] for a in range(0, 5000, 500))
+            ok = ok and quick.cat_ranges(*ranges) == want
+            os._exit(0 if ok else 1)
+        for _ in range(200):  # (a child waiting for the parent's pool threads, which it has not, would hang)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked process hung on the parent's thread pool")
+        assert status == 0
+        assert quick.cat_file(url, 100, 200) == DATA[100:200]
+        peers = {r[1] for r in server.requests}
+        assert peers == {"/f.bin"}

@@ -19,6 +19,7 @@ fsspec's caching); anything else (``client_kwargs``: auth, timeouts, proxies) go
 from __future__ import annotations
 
 import http.client
+import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -66,6 +67,7 @@ class QuickHTTP:
         self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
 
     # ---------------------------------------------------------------- fsspec's calls
     def info(self, url: str, **_: Any) -> dict[str, Any]:
@@ -73,8 +75,8 @@ class QuickHTTP:
         out: dict[str, Any] = {}
         for method in ("HEAD", "GET"):
             try:
-                status, headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"},
-                                                              body=False)
+                _status, headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"},
+                                                               body=False)
                 out.update(_described(headers, final))
                 if out.get("size") is not None:
                     break
@@ -132,20 +134,29 @@ class QuickHTTP:
 
         if len(paths) <= 1:
             return [one(i) for i in range(len(paths))]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(MANY, thread_name_prefix="refindex-http")
-        return list(self._pool.map(one, range(len(paths))))
+        return list(self._threads().map(one, range(len(paths))))
 
     def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]]) -> list[Any]:
         """``[info, bytes of each span...]`` in one round trip (a failed range: its exception; a
         negative start without an end: the file's last bytes)."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(MANY, thread_name_prefix="refindex-http")
-        info = self._pool.submit(self.info, url)
+        info = self._threads().submit(self.info, url)
         datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans], on_error="return")
         return [info.result(), *datas]
 
     # ---------------------------------------------------------------- requests
+    def _threads(self) -> ThreadPoolExecutor:
+        self._after_fork()
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(MANY, thread_name_prefix="refindex-http")
+            return self._pool
+
+    def _after_fork(self) -> None:
+        """In a forked process the kept connections are the parent's sockets and the pool's threads
+        are gone: both are left behind (closing a socket here leaves the parent's open)."""
+        if os.getpid() != self._pid:
+            self._pid, self._idle, self._pool, self._lock = os.getpid(), {}, None, threading.Lock()
+
     def _request(self, method: str, url: str, extra: dict[str, str],
                  body: bool = True) -> tuple[int, http.client.HTTPMessage, bytes, str]:
         """(status, headers, body, final URL) of ``method url``, redirects followed; errors raised as fsspec's."""
@@ -202,6 +213,7 @@ class QuickHTTP:
         raise AssertionError("unreachable")
 
     def _connection(self, parts: Any, fresh: bool = False) -> tuple[http.client.HTTPConnection, bool]:
+        self._after_fork()
         key = (parts.scheme, parts.netloc)
         with self._lock:
             idle = self._idle.get(key)
