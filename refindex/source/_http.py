@@ -184,7 +184,7 @@ class QuickHTTP:
                 return status, resp.headers, b"", url
             data = resp.read()
             self._release(parts, conn, resp)
-            return status, resp.headers, _decoded(data, resp.getheader("Content-Encoding")), url
+            return status, resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url
         raise HTTPStatusError(310, url, f"more than {MAX_REDIRECTS} redirects")
 
     def _send(self, method: str, parts: Any, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
@@ -275,7 +275,7 @@ def _described(headers: http.client.HTTPMessage, url: str) -> dict[str, Any]:
     return out
 
 
-def _decoded(data: bytes, encoding: str | None) -> bytes:
+def _decoded(data: bytes, encoding: str | None, url: str) -> bytes:
     """A body as sent with ``Content-Encoding`` gzip or deflate, decoded (as aiohttp does)."""
     enc = (encoding or "").strip().lower()
     if enc in ("", "identity"):
@@ -285,4 +285,4 @@ def _decoded(data: bytes, encoding: str | None) -> bytes:
             return zlib.decompress(data, 47)  # gzip or zlib header, detected
         except zlib.error:
             return zlib.decompress(data, -15)  # raw deflate
-    raise HTTPStatusError(415, "", f"content encoding {encoding!r} is not supported")
+    raise HTTPStatusError(415, url, f"(the server sent content encoding {encoding!r}, which refindex cannot decode)")
