@@ -79,6 +79,7 @@ def test_options_it_does_not_honour_go_to_fsspec():
     for so in ({"client_kwargs": {"trust_env": True}}, {"headers": "not a mapping"}):
         assert not isinstance(quick_filesystem("http://example.org/f.json", so)[0], QuickHTTP)
     assert not isinstance(quick_filesystem("s3://bucket/f.json", {})[0], QuickHTTP)
+    assert not isinstance(quick_filesystem("https://user:secret@example.org/f.json")[0], QuickHTTP)
 
 
 @pytest.mark.parametrize("options", [None, {"client_kwargs": {}}], ids=["quick", "fsspec"])

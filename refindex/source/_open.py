@@ -216,7 +216,8 @@ def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) ->
     """(filesystem, path) for ``url``, with refindex's own HTTP requests where they serve: a
     :class:`~refindex.source.QuickHTTP` for an HTTP(S) URL whose storage options it honours (one
     per set of options, so its connections are reused), else :func:`filesystem_of`."""
-    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options):
+    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options) \
+            or "@" in url.split("://", 1)[1].split("/", 1)[0]:  # user:password@host: aiohttp's basic auth
         return filesystem_of(url, storage_options)
     key = json.dumps(storage_options or {}, sort_keys=True, default=repr)
     with _QUICK_LOCK:
