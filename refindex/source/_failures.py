@@ -49,7 +49,8 @@ def reason_of(e: BaseException) -> str | None:
         return f"cannot connect{where}: the host name does not resolve (check the URL and the network)"
     if any(type(c).__name__ == "ClientConnectorError" for c in chain):
         return f"cannot connect{where} ({chain[-1]})"
-    status = next((getattr(c, "status", None) for c in chain if type(c).__name__ in ("ClientResponseError", "HTTPStatusError")), None)
+    status = next((getattr(c, "status", None) for c in chain
+                   if type(c).__name__ in ("ClientResponseError", "HTTPStatusError")), None)
     if status in (401, 403):
         return f"the server refused access (HTTP {status}): the URL may need credentials or a signed link"
     if any(isinstance(c, (TimeoutError, asyncio.TimeoutError)) for c in chain):

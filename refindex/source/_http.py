@@ -45,11 +45,13 @@ class HTTPStatusError(OSError):
         self.url = url
 
 
-def honours(storage_options: dict[str, Any] | None) -> bool:
-    """Can :class:`QuickHTTP` make requests as fsspec would with these options?"""
+def honours(url: str, storage_options: dict[str, Any] | None) -> bool:
+    """Can :class:`QuickHTTP` make requests to ``url`` as fsspec would with these options?  (HTTP(S)
+    only, and not with ``user:password@`` in the URL, which aiohttp sends as basic auth.)"""
     so = storage_options or {}
-    headers = so.get("headers", {})
-    return set(so) <= HONOURED and isinstance(headers, dict)
+    scheme, _, rest = url.partition("://")
+    return (scheme.lower() in ("http", "https") and "@" not in rest.split("/", 1)[0]
+            and set(so) <= HONOURED and isinstance(so.get("headers", {}), dict))
 
 
 class QuickHTTP:
@@ -75,8 +77,7 @@ class QuickHTTP:
         out: dict[str, Any] = {}
         for method in ("HEAD", "GET"):
             try:
-                _status, headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"},
-                                                               body=False)
+                headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"}, body=False)
                 out.update(_described(headers, final))
                 if out.get("size") is not None:
                     break
@@ -105,7 +106,7 @@ class QuickHTTP:
                 return b""
             extra["Range"] = _range(start, end)
             extra["Accept-Encoding"] = "identity"
-        return self._request("GET", url, extra)[2]
+        return self._request("GET", url, extra)[1]
 
     def for_many(self, n: int) -> Any:
         """The filesystem for a batch of ``n`` ranges: this one up to :data:`MANY`, else fsspec's
@@ -158,8 +159,8 @@ class QuickHTTP:
             self._pid, self._idle, self._pool, self._lock = os.getpid(), {}, None, threading.Lock()
 
     def _request(self, method: str, url: str, extra: dict[str, str],
-                 body: bool = True) -> tuple[int, http.client.HTTPMessage, bytes, str]:
-        """(status, headers, body, final URL) of ``method url``, redirects followed; errors raised as fsspec's."""
+                 body: bool = True) -> tuple[http.client.HTTPMessage, bytes, str]:
+        """(headers, body, final URL) of ``method url``, redirects followed; errors raised as fsspec's."""
         headers = {**self.headers, **extra}
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
@@ -181,10 +182,10 @@ class QuickHTTP:
                 raise HTTPStatusError(status, url, resp.reason)
             if not body and method == "GET":  # headers were all that was asked: the body is not read
                 conn.close()
-                return status, resp.headers, b"", url
+                return resp.headers, b"", url
             data = resp.read()
             self._release(parts, conn, resp)
-            return status, resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url
+            return resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url
         raise HTTPStatusError(310, url, f"more than {MAX_REDIRECTS} redirects")
 
     def _send(self, method: str, parts: Any, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
@@ -195,16 +196,14 @@ class QuickHTTP:
             try:
                 conn.request(method, target, headers=headers)
                 return conn.getresponse(), conn
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                conn.close()
-                if not reused:
-                    raise
-                # a kept connection the server closed while it waited (servers let idle ones go after
-                # some seconds): the others kept for that host waited as long, so they go too, and the
-                # request is made once more on a new connection
-                self._forget(parts)
             except OSError as e:
                 conn.close()
+                if reused and isinstance(e, (ConnectionResetError, BrokenPipeError)):  # (RemoteDisconnected too)
+                    # a kept connection the server closed while it waited (servers let idle ones go after
+                    # some seconds): the others kept for that host waited as long, so they go too, and
+                    # the request is made once more on a new connection
+                    self._forget(parts)
+                    continue
                 e.server = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
                 raise  # (the server named in the error: refindex.source.reason_of)
             except Exception:

@@ -140,33 +140,41 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
 
     The size is not known before the ``info`` call answers, so the tail is asked for as
     a suffix range (the last ``tail_read`` bytes plus a block, which :class:`BlockCache` cuts to
-    whole blocks).  Filesystems without an async API, or reads that fail, leave the ends
+    whole blocks).  Filesystems that cannot (:func:`_suffix_ranges`), or reads that fail, leave the ends
     to the cache (None): only the ``info`` call's own failure is an error here.
     """
-    quick = hasattr(fs, "info_and_ranges")  # refindex's own HTTP requests: side by side in threads
-    if not cache.first_read or not cache.tail_read or not (quick or _suffix_ranges(fs)):
+    if not _suffix_ranges(fs) or not cache.first_read or not cache.tail_read:
         return file_info(fs, path), None
-    tail = -(cache.tail_read + cache.block_size)
-
-    def once() -> list[Any]:
-        if quick:
-            return fs.info_and_ranges(path, [(0, cache.first_read), (tail, None)])
-        import asyncio
-
-        from fsspec.asyn import sync
-
-        async def together() -> list[Any]:
-            return await asyncio.gather(fs._info(path), fs._cat_file(path, start=0, end=cache.first_read),
-                                        fs._cat_file(path, start=tail), return_exceptions=True)
-
-        out = sync(fs.loop, together)
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        return out
-
-    info, head, end = _stat(lambda: with_retries(once), path)
-    ends = (head, end) if isinstance(head, bytes) and isinstance(end, bytes) else None
+    spans = [(0, cache.first_read), (-(cache.tail_read + cache.block_size), None)]
+    info, head, tail = _stat(lambda: with_retries(info_with_ranges, fs, path, spans), path)
+    ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
     return _checked_info(info, path), ends
+
+
+def one_round_trip(fs: Any) -> bool:
+    """Can ``fs`` ask for a file's ``info`` and byte ranges at once (:func:`info_with_ranges`)?"""
+    return hasattr(fs, "info_and_ranges") or bool(getattr(fs, "async_impl", False))
+
+
+def info_with_ranges(fs: Any, path: str, spans: list[tuple[int, int | None]]) -> list[Any]:
+    """``[info, bytes of each span...]`` of a filesystem that can ask at once (:func:`one_round_trip`):
+    refindex's own HTTP requests side by side in threads, an async fsspec filesystem on its event
+    loop.  A failed range gives its exception; a failed ``info`` raises.  ``(-n, None)``: the last
+    ``n`` bytes, where the filesystem reads a suffix range (:func:`_suffix_ranges`)."""
+    if hasattr(fs, "info_and_ranges"):
+        return fs.info_and_ranges(path, spans)
+    import asyncio
+
+    from fsspec.asyn import sync
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(fs._info(path), *(fs._cat_file(path, start=a, end=b) for a, b in spans),
+                                    return_exceptions=True)
+
+    out = sync(fs.loop, together)
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out
 
 
 def _checked_info(info: dict[str, Any], path: str) -> dict[str, Any]:
@@ -177,15 +185,16 @@ def _checked_info(info: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def _suffix_ranges(fs: Any) -> bool:
-    """Does ``fs`` read a negative start as the file's last bytes (an HTTP suffix range)?
+    """Does ``fs`` read a negative start as the file's last bytes (an HTTP suffix range), in the
+    same round trip as its ``info`` (:func:`info_with_ranges`)?
 
     fsspec's async base class does (``_process_limits``); the filesystems known to use it
-    for ranged reads (fsspec's http, s3fs) are asked so.  Others are not trusted with it: a
+    for ranged reads (fsspec's http, s3fs) are asked so, and refindex's own HTTP requests.  Others are not trusted with it: a
     backend that read ``start=-n`` another way (gcsfs's concurrent reads split the range
     from ``start`` up) would put the wrong bytes where the cache keeps the file's tail.
     """
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return bool(getattr(fs, "async_impl", False)) and bool(set(protocols) & SUFFIX_RANGE_PROTOCOLS)
+    return one_round_trip(fs) and bool(set(protocols) & SUFFIX_RANGE_PROTOCOLS)
 
 
 SUFFIX_RANGE_PROTOCOLS = {"http", "https", "s3", "s3a"}
@@ -216,8 +225,7 @@ def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) ->
     """(filesystem, path) for ``url``, with refindex's own HTTP requests where they serve: a
     :class:`~refindex.source.QuickHTTP` for an HTTP(S) URL whose storage options it honours (one
     per set of options, so its connections are reused), else :func:`filesystem_of`."""
-    if url.split("://", 1)[0].lower() not in ("http", "https") or not honours(storage_options) \
-            or "@" in url.split("://", 1)[1].split("/", 1)[0]:  # user:password@host: aiohttp's basic auth
+    if not honours(url, storage_options):
         return filesystem_of(url, storage_options)
     key = json.dumps(storage_options or {}, sort_keys=True, default=repr)
     with _QUICK_LOCK:

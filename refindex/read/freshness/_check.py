@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from ... import urls
 from ...errors import SourceError, StaleIndexError
 from ...source import described, fingerprint_digest, fingerprint_spans, merge_ranges, ranged
-from ...source import quick_filesystem, source_error, with_retries
+from ...source import info_with_ranges, one_round_trip, quick_filesystem, source_error, with_retries
 from ._verdict import needs_bytes_first, verdict
 
 Span = tuple[int, int]
@@ -95,23 +95,9 @@ def _info_and_ranges(url: str, storage_options: dict[str, Any] | None,
     reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0] if spans else []
 
     def once() -> list[Any]:
-        if reads and hasattr(fs, "info_and_ranges"):  # refindex's own HTTP requests: side by side in threads
-            return fs.info_and_ranges(path, reads)
-        if not getattr(fs, "async_impl", False) or not reads:
-            info = fs.info(path)
-            return [info, *(_read_local_or_sync(fs, path, reads) if reads else [])]
-        import asyncio
-
-        from fsspec.asyn import sync
-
-        async def together() -> list[Any]:
-            return await asyncio.gather(fs._info(path), *(fs._cat_file(path, start=a, end=b) for a, b in reads),
-                                        return_exceptions=True)
-
-        out = sync(fs.loop, together)
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        return out  # a failed range read (a file that shrank, say) is left out: read again if needed
+        if reads and one_round_trip(fs):  # a failed range read (a file that shrank, say) is left out: read again
+            return info_with_ranges(fs, path, reads)
+        return [fs.info(path), *(_read_local_or_sync(fs, path, reads) if reads else [])]
 
     try:
         info, *datas = with_retries(once)
