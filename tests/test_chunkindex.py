@@ -36,7 +36,7 @@ from refindex.scanner.chunkindex import Unparsed
 from refindex.source import open_source
 from refindex.testing import indexfiles
 
-from corpus import CORPUS, manifest_rows  # noqa: E402
+from corpus import CORPUS, MISSING, manifest_rows  # noqa: E402
 import webserver
 
 pytestmark = pytest.mark.timeout(300)
@@ -90,6 +90,10 @@ def test_native_tables_equal_libhdf5(zoo, capsys):
     assert fallbacks == []
     want = {"btree1": 150, "single": 60, "implicit": 5, "farray": 50, "earray": 20, "btree2": 20,
             "earray (unlimited dimension not first: read path)": 4}
+    if not corpus:  # a clone without the corpus (a user's): the built files alone hold every kind of index
+        print(f"({MISSING}: built files only)")
+        want = {"btree1": 50, "single": 5, "implicit": 2, "farray": 10, "earray": 5, "btree2": 5,
+                "earray (unlimited dimension not first: read path)": 4}
     assert {k: tally[k] >= n for k, n in want.items()} == {k: True for k in want}, tally
 
 
