@@ -269,6 +269,7 @@ class KeyEncoding:
 
 V2_KEYS = KeyEncoding("", ".", "0")
 V3_KEYS = KeyEncoding("c/", "/", "c")
+ZMETADATA = ".zmetadata"  # a parquet index's metadata (fsspec's layout): readers find one by it
 
 
 def inline_rows(coords: np.ndarray, model_keys: Any) -> np.ndarray:

@@ -18,7 +18,6 @@ from typing import Any, AsyncIterator, Iterable
 
 from .. import urls
 from ..errors import RefindexError
-from ..writers import icechunk as writer
 
 REPO_MARKER = "repo"  # the object every Icechunk (format 2) repository has at its root
 OTHER_INDEX_SUFFIXES = (".json", ".parq", ".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
@@ -74,6 +73,8 @@ class IcechunkIndex:
         if self._session is not None:
             return self._session
         import icechunk as ic
+
+        from ..writers import icechunk as writer  # the repository layout: not needed to tell a JSON index apart
 
         ic.set_logs_filter("error")
         storage = writer.storage_of(self.repository, self.storage_options)

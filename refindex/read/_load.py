@@ -22,10 +22,9 @@ from typing import Any, Callable, Literal
 
 from .. import urls
 from ..errors import RefindexError, SourceError
-from ..model import RefsDocument
+from ..model import ZMETADATA, RefsDocument
 from ..options import ScanOptions
 from ..source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
-from ..writers import ZMETADATA
 
 Kind = Literal["json", "parquet", "hdf5"]
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")

@@ -27,13 +27,12 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError
-from ..model import ArrayNode, Tree, key_of
+from ..model import ZMETADATA, ArrayNode, Tree, key_of
 from ._atomic import atomic_folder
 from ._pages import with_pages
 from ._refs import FORMAT_VERSION, metadata_items, metadata_json, url_templates
 
 DEFAULT_RECORD_SIZE = 100_000
-ZMETADATA = ".zmetadata"
 
 
 def grid_shape(node: ArrayNode) -> tuple[int, ...]:
