@@ -380,3 +380,56 @@ def test_h5py_file_over_s3(tmp_path, nwb_files):
             io.close()
             hio.close()
             f.close()
+
+
+# ---------------------------------------------------------------- garbage collection during an open
+@contextmanager
+def _counted_collections():
+    """Every collection CPython runs inside, counted, with a threshold of 1: any allocation of a
+    container triggers one (an open of the session's index: hundreds, without the hold)."""
+    import gc
+
+    seen: list[int] = []
+
+    def count(phase, info):
+        if phase == "start":
+            seen.append(info["generation"])
+
+    old = gc.get_threshold()
+    gc.collect()
+    gc.callbacks.append(count)
+    gc.set_threshold(1)
+    try:
+        yield seen
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(count)
+
+
+def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
+    """An open allocates what lives as long as the file (modules, the index, its pages): the collections
+    that would trigger free nothing and pushed a full one into pynwb's read after it (docs/h5py.md).
+    It holds collection while it opens, turns it back on after, and leaves it off for a caller who
+    turned it off; a scan on the fly runs with collection on."""
+    import gc
+
+    folder, handler, base = site
+    with _counted_collections() as seen:
+        f = refindex.h5py_file(f"{base}/session.nwb.json")
+        assert gc.isenabled()
+        assert len(seen) < 20  # the few allocations entering and leaving the hold
+    try:
+        assert_same_h5(h5py.File(folder / "session.nwb", "r"), f)
+    finally:
+        f.close()
+    with _counted_collections() as seen:
+        f = refindex.h5py_file(f"{base}/data.h5", cache=False)  # scanned now: its garbage collected
+        assert gc.isenabled()
+        assert len(seen) > 100
+        f.close()
+    gc.disable()
+    try:
+        refindex.h5py_file(f"{base}/session.nwb.json").close()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError, SourceError
+from ..lazy import held_collections
 from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
@@ -617,6 +618,19 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
                     "if this file is trusted")
 
 
+def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
+    """(the index of ``refs`` prepared, the ``h5py.File`` over it or None when ``reader`` says the zarr road
+    takes it: "auto" and links into other files).  Collection is held while it opens (the open's
+    objects live as long as the file, refindex.lazy); pynwb's read after it is not held."""
+    from .h5py_road import open_road, prepared
+
+    with held_collections():
+        prep = prepared(refs, **options, accept=require_nwb)
+        require_nwb({"refindex": prep.prov} if prep.loaded is None
+                    else declared_of(prep.loaded, prep.read_options), prep.label)
+        return prep, (open_road(prep.road()) if reader == "h5py" or not prep.external_links else None)
+
+
 def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing: bool = True,
              storage_options: dict[str, Any] | None = None, remote_options: dict[str, Any] | None = None,
              remote_protocol: str | None = None, check_source: bool = True, cache: Any = True,
@@ -673,15 +687,11 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     if reader != "zarr":
         from pynwb import NWBHDF5IO
 
-        from .h5py_road import open_road, prepared
-
-        prep = prepared(refs, storage_options=storage_options, remote_options=remote_options,
-                        check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust, group=group,
-                        branch=branch, snapshot=snapshot, accept=require_nwb)
-        require_nwb({"refindex": prep.prov} if prep.loaded is None else declared_of(prep.loaded, prep.read_options),
-                    prep.label)
-        if reader == "h5py" or not prep.external_links:
-            return _read_kept(NWBHDF5IO(file=open_road(prep.road()), mode="r"))
+        prep, road = _h5py_road(refs, reader, storage_options=storage_options, remote_options=remote_options,
+                                check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                                group=group, branch=branch, snapshot=snapshot)
+        if road is not None:
+            return _read_kept(NWBHDF5IO(file=road, mode="r"))
         # "auto" and links into other files: the zarr road follows them through the linked files' indexes
         if prep.icechunk is not None:
             return _read_icechunk(prep.icechunk, options, external, scan_missing)
