@@ -16,32 +16,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
 
-from .. import urls
 from ..errors import RefindexError
+from ._repository import names_repository
 
-REPO_MARKER = "repo"  # the object every Icechunk (format 2) repository has at its root
-OTHER_INDEX_SUFFIXES = (".json", ".parq", ".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
 
 
 def is_repository(target: Any, storage_options: dict[str, Any] | None = None) -> bool:
-    """Is ``target`` (a path or URL) an Icechunk repository?  One ``exists`` for remote names."""
-    if isinstance(target, IcechunkIndex):
-        return True
-    if not isinstance(target, (str, os.PathLike)):
-        return False
-    name = os.fspath(target)
-    if name.split("?", 1)[0].rstrip("/").lower().endswith(OTHER_INDEX_SUFFIXES):
-        return False
-    protocol, path = urls.split(name)
-    if protocol == "file":
-        return os.path.isfile(os.path.join(path, REPO_MARKER))
-    if protocol not in ("s3", "s3a"):
-        return False
-    try:
-        fs, p = urls.filesystem(name, storage_options)
-        return bool(fs.exists(p.rstrip("/") + "/" + REPO_MARKER))
-    except Exception:  # noqa: BLE001 - not reachable as a repository: read as whatever else it is
-        return False
+    """Is ``target`` an :class:`IcechunkIndex`, or a path or URL naming a repository (one ``exists`` for remote names)?"""
+    return isinstance(target, IcechunkIndex) or names_repository(target, storage_options)
 
 
 @dataclass

@@ -29,13 +29,16 @@ from __future__ import annotations
 import base64
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..codecs import vlen_chunk_items
 from ..errors import RefindexError
-from ..model import Pages, Tree
+from ..model import Pages
+
+if TYPE_CHECKING:  # a reader of the pages needs no scanner model
+    from ..model import Tree
 
 PAGES_FORMAT = 1
 LEVEL = 6  # level 9 takes 5-7x longer for 1-2 % less (docs/h5py.md)

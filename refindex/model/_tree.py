@@ -1,4 +1,4 @@
-"""The neutral node model the scanner produces and the writers consume.
+"""The scanner's model of one file: groups, arrays with numpy chunk tables, links.
 
 It says what the index must contain (zarr v2 metadata, chunk references, inline
 bytes, links) without any knowledge of HDF5 APIs or JSON layout.  Chunk references
@@ -8,12 +8,12 @@ not millions of Python objects.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
+from ._document import V2_KEYS
 
 @dataclass
 class ChunkTable:
@@ -155,40 +155,6 @@ class GroupNode:
 
 
 @dataclass
-class Pages:
-    """Bytes of the scanned file an index carries, so that libhdf5 can open the file from the index
-    (the h5py road): the metadata a scan read, in whole pages of ``page_size`` bytes.
-
-    ``starts``/``ends`` (int64, sorted, disjoint) are the spans carried and ``data`` their bytes
-    one after another.  ``index_ranges``: chunk indexes too large to carry, by dataset path:
-    the spans their nodes lie in (no bytes), so a reader can fetch a whole index at once
-    when a read first needs it instead of one node per round trip.  ``extents``: for each
-    array whose chunks lie in the scanned file, the first and last byte its chunks span, so a
-    reader finds which array a data read belongs to without reading every chunk table.
-    """
-
-    page_size: int
-    file_size: int
-    starts: np.ndarray
-    ends: np.ndarray
-    data: bytes
-    index_ranges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    extents: dict[str, tuple[int, int]] = field(default_factory=dict)
-    external_links: int = 0  # links into other files (h5py's file-object driver cannot follow them)
-    reads_elsewhere: list[str] = field(default_factory=list)  # virtual datasets with sources in other files
-    # Byte ranges of ``data`` equal to an array's inline chunk (item -1) or to an item of one: (start,
-    # end, path, chunk key, item).  A JSON index leaves them out and its reader takes them from the
-    # inline chunk (small datasets copied in; the global heap objects holding an NWB file's cached
-    # specifications, which the index copies in too).
-    holes: list[tuple[int, int, str, str, int]] = field(default_factory=list)
-    encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
-
-
-@dataclass
 class Tree:
     """Everything found in one file, keyed by HDF5 path."""
 
@@ -217,11 +183,6 @@ def join(parent: str, name: str) -> str:
     return ("" if parent == "/" else parent) + "/" + name
 
 
-def key_of(path: str) -> str:
-    """Zarr key prefix of an HDF5 path: "/a/b" -> "a/b", "/" -> ""."""
-    return path.strip("/")
-
-
 def chunk_key(coords) -> str:
     """zarr v2 chunk key of grid position ``coords``: "i.j.k" ("0" for a scalar)."""
     return ".".join(str(int(c)) for c in coords) if len(coords) else "0"
@@ -234,42 +195,6 @@ def chunk_keys(coords: np.ndarray) -> list[str]:
         return ["0"] * n
     cols = [coords[:, i].tolist() for i in range(ndim)]
     return list(map(".".join(["{}"] * ndim).format, *cols))
-
-
-@dataclass(frozen=True)
-class KeyEncoding:
-    """How an index names a chunk by its grid position.
-
-    The model keeps inline chunks under v2 keys (:func:`chunk_key`: ``"i.j"``, ``"0"`` for a
-    0-d array); an index writes them in its own encoding: zarr v2's (:data:`V2_KEYS`) or
-    zarr v3's default one with ``/`` (:data:`V3_KEYS`: ``"c/i/j"``, ``"c"`` for a 0-d array).
-    """
-
-    lead: str  # before the first index
-    sep: str  # between indices
-    scalar: str  # the one chunk of a 0-d array
-
-    def key(self, coords) -> str:
-        return self.lead + self.sep.join(str(int(c)) for c in coords) if len(coords) else self.scalar
-
-    def keys(self, coords: np.ndarray) -> list[str]:
-        """:meth:`key` of every row of an (n, ndim) coordinate array, built column-wise."""
-        n, ndim = coords.shape
-        if ndim == 0:
-            return [self.scalar] * n
-        cols = [coords[:, i].tolist() for i in range(ndim)]
-        return list(map((self.lead + self.sep.join(["{}"] * ndim)).format, *cols))
-
-    def of_model_key(self, key: str, ndim: int) -> str:
-        """A model (v2) chunk key of an ``ndim``-dimensional array in this encoding."""
-        if ndim == 0:
-            return self.scalar
-        return self.lead + key.replace(".", self.sep) if self.sep != "." or self.lead else key
-
-
-V2_KEYS = KeyEncoding("", ".", "0")
-V3_KEYS = KeyEncoding("c/", "/", "c")
-ZMETADATA = ".zmetadata"  # a parquet index's metadata (fsspec's layout): readers find one by it
 
 
 def inline_rows(coords: np.ndarray, model_keys: Any) -> np.ndarray:
@@ -299,38 +224,3 @@ def inline_rows(coords: np.ndarray, model_keys: Any) -> np.ndarray:
         return np.fromiter((tuple(r) in wanted for r in table.tolist()), dtype=bool, count=n)
     linear = np.ravel_multi_index(tuple(table.T), tuple(int(d) for d in dims))
     return np.isin(linear, np.ravel_multi_index(tuple(inl.T), tuple(int(d) for d in dims)))
-
-
-class RefsDocument(TypedDict, total=False):
-    """A ReferenceFileSystem (version 1) as refindex writes it."""
-
-    version: int
-    templates: dict[str, str]  # short names of the files chunks live in: "u" is the scanned file
-    refs: dict[str, Any]  # key -> metadata JSON text, inline "base64:..." text, or [url, offset, size]
-    refindex: dict[str, Any]  # provenance: version, source, convention, options, skipped, omitted, external
-
-
-def external_sources(refs: RefsDocument) -> list[str]:
-    """The other files (``source`` values other than ".") that an index's links and attribute references name
-    (``zarr_link``/``_LINKS`` entries, ``_REFERENCE`` attributes; zarr v2 or v3 documents)."""
-    found: set[str] = set()
-
-    def walk(v: Any) -> None:
-        if isinstance(v, dict):
-            src = v.get("source")
-            if isinstance(src, str) and src != "." and "path" in v:
-                found.add(src)
-            for x in v.values():
-                walk(x)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x)
-
-    walk((refs.get("refindex") or {}).get("hidden_attributes"))  # a plain index's zarr_link entries
-    for key, value in (refs.get("refs") or {}).items():
-        name = key.rsplit("/", 1)[-1]
-        if name == ".zattrs" and isinstance(value, str):
-            walk(json.loads(value))
-        elif name == "zarr.json" and isinstance(value, str):  # zarr v3: a node's attributes
-            walk(json.loads(value).get("attributes"))
-    return sorted(found)
