@@ -1,59 +1,16 @@
-"""Names a package re-exports from its modules, imported on first use (PEP 562), with garbage
-collection held while they load.
+"""Names a package re-exports from its modules, imported on first use (PEP 562).
 
 ``import refindex`` and refindex's entry points stay light: h5py, zarr and the rest load
-with the function that needs them.  What a first use allocates (modules, an index, its
-pages) lives as long as the process or the file: CPython's collections triggered by those
-allocations free nothing, yet they advance its generation counters, and in a process with a
-large heap (pynwb's imports leave about 10^5 objects) they pushed the full collection that
-follows (0.05-0.1 s) into the caller's next steps: pynwb's read after
-``refindex.h5py_file`` (docs/h5py.md).  :func:`held_collections` defers them for such a
-short, allocation-only stretch; :func:`collections_allowed` lets them run again inside it
-for work that makes garbage (a scan).
+with the function that needs them.  A module's objects live as long as the process, so
+garbage collection is held while it loads (:mod:`refindex.gcpause`).
 """
 
 from __future__ import annotations
 
-import gc
 import importlib
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Callable
 
-_STATE = threading.local()  # .held: this thread turned collection off (and turns it back on)
-
-
-@contextmanager
-def held_collections() -> Iterator[None]:
-    """No garbage collection inside (unless another part of the process turns it on); back on after,
-    if it was on before.  Nested holds are one hold."""
-    if getattr(_STATE, "held", False) or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    _STATE.held = True
-    try:
-        yield
-    finally:
-        _STATE.held = False
-        gc.enable()
-
-
-@contextmanager
-def collections_allowed() -> Iterator[None]:
-    """Garbage collection on again inside a hold of this thread (nothing changes outside one)."""
-    if not getattr(_STATE, "held", False):
-        yield
-        return
-    _STATE.held = False
-    gc.enable()
-    try:
-        yield
-    finally:
-        gc.disable()
-        _STATE.held = True
-
+from .gcpause import held_collections
 
 def attribute_loader(package: str, where: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` giving ``where[name]``'s attribute ``name`` (module relative to ``package``).

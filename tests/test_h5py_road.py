@@ -433,3 +433,39 @@ def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
+    """libhdf5 calls the file object with h5py's lock held; a collection that starts in a thread
+    fetching for it and finds an h5py object among the garbage waits for that lock, and both wait for
+    ever (h5py issue 2019).  With a threshold of 1 any allocation may start one: none may run in
+    refindex's HTTP threads or fsspec's loop while the lock is held, during a remote scan or the road's
+    data reads (chunks read ahead among them)."""
+    import gc
+
+    folder, handler, base = site
+    threads: list[str] = []
+
+    from h5py._objects import phil
+
+    def where(phase, info):  # a collection starting while another thread holds h5py's lock
+        if phase == "start":
+            if phil.acquire(False):
+                phil.release()
+            else:
+                threads.append(threading.current_thread().name)
+
+    refs = refindex.scan(f"{base}/data.h5")  # modules imported before the threshold drops
+    old = gc.get_threshold()
+    gc.callbacks.append(where)
+    gc.set_threshold(1)
+    try:
+        refs = refindex.scan(f"{base}/data.h5", cache=refindex.CacheOptions(block_size=4096, first_read=4096,
+                                                                              prefetch_metadata=False))
+        with refindex.h5py_file(refs) as f, h5py.File(folder / "data.h5", "r") as want:
+            np.testing.assert_array_equal(f["data"][:], want["data"][:])
+            assert stats(f).fetch.requests > 0
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(where)
+    assert sorted(set(threads)) == []

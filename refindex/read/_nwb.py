@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError, SourceError
-from ..lazy import held_collections
+from ..gcpause import held_collections
 from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
@@ -621,7 +621,7 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
 def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     """(the index of ``refs`` prepared, the ``h5py.File`` over it or None when ``reader`` says the zarr road
     takes it: "auto" and links into other files).  Collection is held while it opens (the open's
-    objects live as long as the file, refindex.lazy); pynwb's read after it is not held."""
+    objects live as long as the file, refindex.gcpause); pynwb's read after it is not held."""
     from .h5py_road import open_road, prepared
 
     with held_collections():

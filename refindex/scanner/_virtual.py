@@ -27,6 +27,7 @@ from ..codecs import DTypePlan, fill_value_json, plan_dtype, string_padding
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable
 from ..safety import resolve_inside
+from ..source import BlockCache
 from ._attrs import ref_json
 from ._checks import chunk_agrees
 from ._chunked import chunked
@@ -127,7 +128,7 @@ def _source_url(ctx: ScanContext, name: str, path: str) -> str:
 def _open(ctx: ScanContext, url: str, stack: ExitStack) -> h5py.File:
     if not urls.is_local(url):
         fs, path = ctx.fs_for(url)  # the scan's storage options for objects beside the scanned one
-        fh = stack.enter_context(fs.open(path, "rb"))
+        fh = stack.enter_context(BlockCache(fs, path, fs.size(path)))  # retries; no collection while libhdf5 waits
         return stack.enter_context(h5py.File(fh, "r"))
     return stack.enter_context(h5py.File(url.removeprefix("file://"), "r"))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceError
+from ..gcpause import held_collections
 from ..options import CacheOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts
@@ -235,7 +236,12 @@ class BlockCache(io.RawIOBase):
         return out
 
     def _fetch_parts(self, parts: list[tuple[int, int]]) -> list[bytes]:
-        """Fetch ``parts`` concurrently; transient failures are retried (only the parts that failed)."""
+        """Fetch ``parts`` concurrently; transient failures are retried (only the parts that failed).
+        Garbage collection is held meanwhile: libhdf5 may be waiting with h5py's lock (refindex.gcpause)."""
+        with held_collections():
+            return self._fetch_parts_held(parts)
+
+    def _fetch_parts_held(self, parts: list[tuple[int, int]]) -> list[bytes]:
         out: list[Any] = [None] * len(parts)
         todo = list(range(len(parts)))
         delays = retry_policy.delays()

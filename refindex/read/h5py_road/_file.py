@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import SourceError
+from ...gcpause import held_collections, held_while_fetching
 from ...model import Pages
 from ...options import CacheOptions
 from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
@@ -163,7 +164,7 @@ class ReadAhead:
         offsets = [int(run.offsets[i]) for i in picks]
         sizes = [int(run.sizes[i]) for i in picks]
         spans, where = merge_ranges(offsets, sizes, max_gap=64 << 10, max_span=MAX_AHEAD)
-        fut = self.fetcher.start(spans)
+        fut = held_while_fetching(self.fetcher.start, spans)  # refindex.gcpause
         for i, o, n_, (span, at) in zip(picks, offsets, sizes, where):
             self.buffers[o] = (o + n_, fut, span, at, run.path, i)
             insort(self.starts, o)
@@ -238,7 +239,7 @@ class IndexedFile(io.RawIOBase):
         if data is not None:
             self.stats.from_pages += 1
             return data
-        with self._lock:
+        with self._lock, held_collections():  # libhdf5 waits with h5py's lock held (refindex.gcpause)
             data = self.ahead.read(start, end)
             if data is not None:
                 self.stats.from_ahead += 1

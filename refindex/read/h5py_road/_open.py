@@ -16,7 +16,7 @@ from typing import Any
 
 from ... import urls
 from ...errors import RefindexError, RefindexWarning
-from ...lazy import held_collections
+from ...gcpause import held_collections
 from ...model import Pages
 from ...source import RangeFetcher
 from ...model import V3_KEYS, key_of
@@ -97,7 +97,7 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     External links cannot be followed through h5py's file-object driver: a file that has
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
-    with held_collections():  # what an open allocates lives as long as the file (refindex.lazy)
+    with held_collections():  # what an open allocates lives as long as the file (refindex.gcpause)
         return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
                                   check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
                                   group=group, branch=branch, snapshot=snapshot).road())

@@ -1,0 +1,119 @@
+"""When refindex holds CPython's garbage collection, and why.
+
+1. While an index is opened (``h5py_file``, ``open_nwb``'s h5py road, refindex's modules
+   loaded on first use): what that allocates (modules, the index, its pages) lives as long
+   as the process or the file, so the collections its allocations trigger free nothing; yet
+   they advance the generation counters, and in a process with a large heap (pynwb's imports
+   leave about 10^5 objects) they pushed the full collection that follows (0.05-0.1 s) into
+   the caller's next steps: pynwb's read after ``refindex.h5py_file`` (docs/h5py.md).
+2. While libhdf5 waits for bytes that other threads fetch (a remote scan's reads, the h5py
+   road's): libhdf5 calls a file object with h5py's global lock held, and a collection that
+   starts in a fetching thread (fsspec's event loop, refindex's HTTP threads) and finds an
+   h5py object among the garbage needs that lock to free it; the waiting thread and the
+   fetching one then wait for each other for ever (h5py issue 2019, its docs on file-like
+   objects).  Held for the wait, no collection can start in the fetching thread.
+
+:func:`held_collections` holds it for a stretch of this thread; :func:`collections_allowed`
+lets it run again inside one, for work that makes garbage (a scan on the fly).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, Callable
+
+_LOCK = threading.Lock()
+_COUNT = 0  # holds in force, in every thread
+_OURS = False  # collection was on when the first of them began: the last one turns it back on
+_MINE = threading.local()  # .n: this thread's holds
+SETTLE = 0.25  # seconds a fetch's hold outlasts it
+
+
+def _take(n: int) -> None:
+    global _COUNT, _OURS
+    with _LOCK:
+        if _COUNT == 0 and n:
+            _OURS = gc.isenabled()
+            gc.disable()
+        _COUNT += n
+
+
+def _give(n: int) -> None:
+    global _COUNT, _OURS
+    with _LOCK:
+        _COUNT -= n
+        if _COUNT == 0 and n and _OURS:
+            _OURS = False
+            gc.enable()
+
+
+@contextmanager
+def held_collections() -> Iterator[None]:
+    """No garbage collection inside; back on when the last hold of the process ends, if it was on
+    when the first began (a caller who turned it off keeps it off).  Holds nest, across threads."""
+    _take(1)
+    _MINE.n = getattr(_MINE, "n", 0) + 1
+    try:
+        yield
+    finally:
+        _MINE.n -= 1
+        _give(1)
+
+
+@contextmanager
+def collections_allowed() -> Iterator[None]:
+    """This thread's holds lifted inside (collection runs again unless another thread holds it)."""
+    n = getattr(_MINE, "n", 0)
+    if not n:
+        yield
+        return
+    _MINE.n = 0
+    _give(n)
+    try:
+        yield
+    finally:
+        _take(n)
+        _MINE.n = n
+
+
+def held_while_fetching(start: Callable[..., Future], *args: Any) -> Future:
+    """``start(*args)``: a fetch that runs in other threads, with collection held until it is done
+    (libhdf5 may ask for its bytes at any moment, with h5py's lock held).  Let go :data:`SETTLE`
+    seconds later from a timer thread: the threads that completed the fetch (fsspec's event loop,
+    a pool's) still run their own bookkeeping after it, and a collection starting there then
+    could be what libhdf5's next wait waits for."""
+    _take(1)
+    try:
+        future = start(*args)
+    except BaseException:
+        _give(1)
+        raise
+
+    def done(_: Future) -> None:
+        try:
+            timer = threading.Timer(SETTLE, _give, (1,))
+            timer.daemon = True
+            timer.start()
+        except RuntimeError:  # the interpreter is shutting down
+            _give(1)
+
+    future.add_done_callback(done)
+    return future
+
+
+def _after_fork() -> None:
+    """A forked child has none of the parent's fetching threads: their holds end with them."""
+    global _COUNT, _OURS
+    _LOCK.__init__()  # type: ignore[misc]
+    if _COUNT and _OURS:
+        gc.enable()
+    _COUNT, _OURS = 0, False
+    _MINE.__dict__.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
