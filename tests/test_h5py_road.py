@@ -469,3 +469,27 @@ def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
         gc.set_threshold(*old)
         gc.callbacks.remove(where)
     assert sorted(set(threads)) == []
+
+
+def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path):
+    """A dataset of 2,000 chunks: its B-tree's nodes (over INDEX_MAX) stay in the file, the pages say where
+    they lie; the first read of one of its chunks fetches every node at once, then the chunk."""
+    from refindex.scanner._pages import INDEX_MAX
+
+    rng = np.random.default_rng(7)
+    with h5py.File(tmp_path / "big.h5", "w") as f:
+        f.create_dataset("x", data=rng.integers(0, 99, (20000, 64), dtype="i4"), chunks=(10, 64))  # 5 MB
+    with serve(tmp_path) as (handler, base):
+        refs = index(f"{base}/big.h5")
+        ranges = refs["refindex"]["pages"]["index_ranges"]
+        assert "/x" in ranges
+        with refindex.h5py_file(refs) as f, h5py.File(tmp_path / "big.h5", "r") as want:
+            before = stats(f).fetch.round_trips
+            np.testing.assert_array_equal(f["x"][10005:10010], want["x"][10005:10010])
+            # every node at once, then the chunk: not a round trip per level of the tree, as libhdf5 reads it
+            assert stats(f).fetch.round_trips - before == 2
+            np.testing.assert_array_equal(f["x"][:], want["x"][:])
+    from refindex.writers import pages_of_document
+
+    starts, ends = pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
+    assert int((ends - starts).sum()) > INDEX_MAX
