@@ -107,13 +107,14 @@ def held_while_fetching(start: Callable[..., Future], *args: Any) -> Future:
 
 
 def _after_fork() -> None:
-    """A forked child has none of the parent's fetching threads: their holds end with them."""
-    global _COUNT, _OURS
-    _LOCK.__init__()  # type: ignore[misc]
-    if _COUNT and _OURS:
+    """A forked child has only the thread that forked: the holds of the others (fetching threads)
+    end with them; its own are let go as its blocks end."""
+    global _COUNT, _OURS, _LOCK
+    _LOCK = threading.Lock()  # another thread may have held it at the fork
+    _COUNT = getattr(_MINE, "n", 0)
+    if not _COUNT and _OURS:
+        _OURS = False
         gc.enable()
-    _COUNT, _OURS = 0, False
-    _MINE.__dict__.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -493,3 +493,29 @@ def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path)
 
     starts, ends = pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
     assert int((ends - starts).sum()) > INDEX_MAX
+
+
+def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
+    """A fetch in flight holds collection in the parent; a child forked meanwhile (Dask, multiprocessing)
+    has none of those threads, so nothing would ever let it go: collection is on in the child."""
+    import gc
+    import time
+    from concurrent.futures import Future
+
+    from refindex.gcpause import held_while_fetching
+
+    pending: Future = Future()
+    held_while_fetching(lambda: pending)
+    try:
+        assert not gc.isenabled()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        pending.set_result([])
+    deadline = time.monotonic() + 5
+    while not gc.isenabled() and time.monotonic() < deadline:  # let go a moment after the fetch is done
+        time.sleep(0.05)
+    assert gc.isenabled()
