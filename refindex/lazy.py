@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from .gcpause import held_collections
 
+
 def attribute_loader(package: str, where: dict[str, str]) -> Callable[[str], Any]:
     """A module ``__getattr__`` giving ``where[name]``'s attribute ``name`` (module relative to ``package``).
 

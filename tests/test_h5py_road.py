@@ -384,16 +384,17 @@ def test_h5py_file_over_s3(tmp_path, nwb_files):
 
 # ---------------------------------------------------------------- garbage collection during an open
 @contextmanager
-def _counted_collections():
-    """Every collection CPython runs inside, counted, with a threshold of 1: any allocation of a
-    container triggers one (an open of the session's index: hundreds, without the hold)."""
+def _counted_collections(note=lambda info: info["generation"]):
+    """Every collection CPython runs inside, with a threshold of 1: any allocation of a container
+    triggers one (an open of the session's index: hundreds, without the hold).  Yields the list of
+    ``note(info)`` for each, where that is not None."""
     import gc
 
-    seen: list[int] = []
+    seen: list = []
 
     def count(phase, info):
-        if phase == "start":
-            seen.append(info["generation"])
+        if phase == "start" and (value := note(info)) is not None:
+            seen.append(value)
 
     old = gc.get_threshold()
     gc.collect()
@@ -441,33 +442,23 @@ def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
     ever (h5py issue 2019).  With a threshold of 1 any allocation may start one: none may run in
     refindex's HTTP threads or fsspec's loop while the lock is held, during a remote scan or the road's
     data reads (chunks read ahead among them)."""
-    import gc
-
-    folder, handler, base = site
-    threads: list[str] = []
-
     from h5py._objects import phil
 
-    def where(phase, info):  # a collection starting while another thread holds h5py's lock
-        if phase == "start":
-            if phil.acquire(False):
-                phil.release()
-            else:
-                threads.append(threading.current_thread().name)
+    folder, handler, base = site
 
-    refs = refindex.scan(f"{base}/data.h5")  # modules imported before the threshold drops
-    old = gc.get_threshold()
-    gc.callbacks.append(where)
-    gc.set_threshold(1)
-    try:
+    def locked_elsewhere(info):  # the thread a collection starts in, while another holds h5py's lock
+        if phil.acquire(False):
+            phil.release()
+            return None
+        return threading.current_thread().name
+
+    refindex.scan(f"{base}/data.h5")  # modules imported before the threshold drops
+    with _counted_collections(locked_elsewhere) as threads:
         refs = refindex.scan(f"{base}/data.h5", cache=refindex.CacheOptions(block_size=4096, first_read=4096,
                                                                               prefetch_metadata=False))
         with refindex.h5py_file(refs) as f, h5py.File(folder / "data.h5", "r") as want:
             np.testing.assert_array_equal(f["data"][:], want["data"][:])
             assert stats(f).fetch.requests > 0
-    finally:
-        gc.set_threshold(*old)
-        gc.callbacks.remove(where)
     assert sorted(set(threads)) == []
 
 

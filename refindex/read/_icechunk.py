@@ -20,7 +20,6 @@ from ..errors import RefindexError
 from ._repository import names_repository
 
 
-
 def is_repository(target: Any, storage_options: dict[str, Any] | None = None) -> bool:
     """Is ``target`` an :class:`IcechunkIndex`, or a path or URL naming a repository (one ``exists`` for remote names)?"""
     return isinstance(target, IcechunkIndex) or names_repository(target, storage_options)
@@ -139,9 +138,9 @@ def icechunk_index(target: Any, *, storage_options: dict[str, Any] | None = None
     """``target`` as an :class:`IcechunkIndex` when it is one or names a repository, else None."""
     if isinstance(target, IcechunkIndex):
         return target
-    if group is None and branch is None and snapshot is None and not is_repository(target, storage_options):
-        return None
-    if not is_repository(target, storage_options):
+    if not names_repository(target, storage_options):  # asked once: a remote name costs a request
+        if group is None and branch is None and snapshot is None:
+            return None
         raise RefindexError("not an Icechunk repository (group/branch/snapshot were given)", file=os.fspath(target))
     return IcechunkIndex(os.fspath(target), group=group or "", branch=branch, snapshot=snapshot,
                          storage_options=storage_options, source_options=source_options)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model import RefsDocument
 from ._load import CacheSetting, load_index, load_refs, parquet_metadata, zarr_format_of
-from ._repository import names_repository
+from ._repository import named_otherwise
 from ._urlpolicy import UrlPolicy
 
 
@@ -271,8 +271,7 @@ def opened_icechunk(refs: Any, *, storage_options: dict[str, Any] | None = None,
                     branch: str | None = None, snapshot: str | None = None, check_source: bool = True) -> Any:
     """``refs`` as an :class:`~refindex.read.IcechunkIndex` checked against its source (StaleIndexError
     when it changed), or None when ``refs`` is no Icechunk repository."""
-    if isinstance(refs, dict) or (group is None and branch is None and snapshot is None
-                                  and isinstance(refs, (str, os.PathLike)) and not names_repository(refs, storage_options)):
+    if isinstance(refs, dict) or (group is None and branch is None and snapshot is None and named_otherwise(refs)):
         return None  # Icechunk's reader not imported
     from ._icechunk import icechunk_index
 
