@@ -12,7 +12,7 @@ The source recorded every range the scan read, tagged by what it served
 - where pages hold a global heap object equal to an item the index copies in anyway (the
   cached specifications every NWB file carries: most of a small NWB file's pages), that
   object is marked as a hole a JSON index need not repeat (``Pages.holes``);
-- a chunk index whose nodes take at most :data:`INDEX_MAX` bytes (up to a few hundred chunks):
+- a chunk index whose nodes take at most :data:`INDEX_MAX` bytes (a few hundred chunks):
   reading any of its chunks needs it.  Larger ones (10^6 chunks: ~16 MB of B-tree nodes)
   would outgrow the rest of the index: only where their nodes lie is kept
   (``index_ranges``), so a reader fetches a whole index in one round trip when a read
@@ -38,11 +38,7 @@ DATA_MAX = 8 << 10
 # this, none, for 0.8 % more index. (64 KiB for every dataset also grew the corpus's filter test files'
 # indexes by 16 %: compressed values pynwb does not read at open.)
 TEXT_MAX = 64 << 10
-# A chunk index carried whole: up to a few B-tree nodes (a few hundred chunks; P4's 30-chunk
-# ElectricalSeries: 10 KiB).  At 64 KiB a file of two 100-chunk datasets (B-tree v2, fixed-size nodes:
-# 57 KiB) carried 1.8x its index in pages (pyfive's files 1.54x in all); at 16 KiB 1.2x, the corpus
-# 1.070x -> 1.063x, P4's files unchanged.  A larger one costs its first read one round trip (below).
-INDEX_MAX = 16 << 10
+INDEX_MAX = 64 << 10
 HOLE_MIN = 64  # global heap objects shorter than this stay in the pages (a hole's entry costs about that)
 RANGES_MAX = 1 << 20  # spans per left-out index kept at most (a reader then fetches the rest node by node)
 
