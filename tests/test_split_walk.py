@@ -20,7 +20,7 @@ import pytest
 import refindex
 from refindex.errors import RefindexError
 from refindex.options import ScanOptions
-from refindex.scanner import _split, _walk
+from refindex.scanner import _pages, _split, _walk
 
 from conftest import assert_same_values, consumer_open, json_roundtrip
 from corpus import CORPUS, MISSING, manifest_rows
@@ -94,6 +94,16 @@ def test_split_walk_is_the_one_process_walk(many, monkeypatch):
             for key, d in list(f[name].items()):  # (iterating h5py's items() holds its lock: no zarr reads there)
                 if isinstance(d, h5py.Dataset) and key != "link_external":
                     assert_same_values(d[()], g[f"{name.strip('/')}/{key}"][()])
+
+
+def test_left_out_chunk_indexes_record_the_same_ranges_split_or_not(many, monkeypatch):
+    """Every chunk index left out of the pages (its node ranges kept instead): what was read once for
+    all of them (the superblock) must not be claimed by whichever index each process walked first."""
+    monkeypatch.setattr(_pages, "INDEX_MAX", 0)
+    url = to_memory(many)
+    split = json.loads(_scan(url, split_walk=True))
+    assert split == json.loads(_scan(url, split_walk=False))
+    assert len(split["refindex"]["pages"]["index_ranges"]) == GROUPS  # every group's chunked data
 
 
 def test_split_walk_by_default_for_remote_files_of_many_groups(many):

@@ -26,7 +26,7 @@ from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
 from .chunkindex import FileFacts, IndexStats, Unparsed
-from ..source import INDEX_PREFIX, ReadRecorder
+from ..source import INDEX_PREFIX, META, ReadRecorder
 
 # (url or None for the scanned file, offsets, sizes) -> the bytes of each range, in few requests
 ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
@@ -85,9 +85,12 @@ class ScanContext:
 
     def reading(self, what: str, path: str | None = None) -> AbstractContextManager:
         """Reads made inside serve ``what`` for the pages of the index: ``"index"`` (a chunk index
-        walk), ``"data"`` (values copied in); ``path`` names the dataset."""
+        walk), ``"data"`` (values copied in), ``"meta"`` (metadata read once for many datasets, such as
+        the superblock: whichever dataset's walk reads it first must not claim it); ``path`` names the dataset."""
         if self.recorder is None:
             return nullcontext()
+        if what == "meta":
+            return self.recorder.tagged(META)
         return self.recorder.tagged((INDEX_PREFIX if what == "index" else what + ":") + (path or ""))
 
     def checking(self) -> AbstractContextManager:

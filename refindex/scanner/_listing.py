@@ -112,8 +112,9 @@ def index_facts(ctx: ScanContext) -> FileFacts:
     if ctx.index_facts is None:
         fcpl = ctx.f.id.get_create_plist()
         try:
-            ctx.index_facts = file_facts(lambda o, n: ctx.read_many(None, o, n), fcpl.get_sizes(),
-                                         int(fcpl.get_userblock()), int(ctx.file_size))
+            with ctx.reading("meta"):  # read once, by whichever index walk comes first (a split walk: one per process)
+                ctx.index_facts = file_facts(lambda o, n: ctx.read_many(None, o, n), fcpl.get_sizes(),
+                                             int(fcpl.get_userblock()), int(ctx.file_size))
         except Unparsed as e:
             ctx.index_facts = e
     if isinstance(ctx.index_facts, Unparsed):

@@ -38,7 +38,7 @@ DATA_MAX = 8 << 10
 # this, none, for 0.8 % more index. (64 KiB for every dataset also grew the corpus's filter test files'
 # indexes by 16 %: compressed values pynwb does not read at open.)
 TEXT_MAX = 64 << 10
-INDEX_MAX = 64 << 10
+INDEX_MAX = 16 << 10
 HOLE_MIN = 64  # global heap objects shorter than this stay in the pages (a hole's entry costs about that)
 RANGES_MAX = 1 << 20  # spans per left-out index kept at most (a reader then fetches the rest node by node)
 
