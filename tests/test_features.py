@@ -28,6 +28,7 @@ from conftest import (
     assert_chunk_referenced,
     assert_chunks_referenced,
     assert_same_values,
+    consumer_open,
     consumer_store,
     notes,
     scan,
@@ -369,6 +370,35 @@ def test_unallocated_chunks_read_as_fill_value(h5path):
     with h5py.File(h5path, "r") as f:
         for name in ("default", "nan", "user", "cplx", "never", "never_chunked", "str", "cmp", "flag"):
             assert_same_values(f[name][()], zvalues(root[name]))
+
+
+_FRESH_SCAN = """
+import json, sys
+import refindex
+refs = refindex.scan(sys.argv[1])
+print(json.dumps({"plugins": "hdf5plugin" in sys.modules, "refs": refs}))
+"""
+
+
+def test_filter_plugins_loaded_when_a_dataset_needs_them(tmp_path):
+    """A fresh process imports hdf5plugin (~20 ms) only for a file with a filter libhdf5 lacks, and
+    then libhdf5 decodes it: the small dataset is copied into the index, its values are h5py's."""
+    data = np.arange(60, dtype="<i4").reshape(6, 10)
+    plain, plugin = tmp_path / "gzip.h5", tmp_path / "zstd.h5"
+    with h5py.File(plain, "w") as f:
+        f.create_dataset("x", data=data, chunks=(3, 10), compression="gzip")
+    with h5py.File(plugin, "w") as f:
+        f.create_dataset("x", data=data, chunks=(3, 10), **hdf5plugin.Zstd())
+    out = {}
+    for path in (plain, plugin):
+        run = subprocess.run([sys.executable, "-c", _FRESH_SCAN, str(path)], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert run.returncode == 0, run.stderr[-2000:]
+        out[path.name] = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not out["gzip.h5"]["plugins"] and out["zstd.h5"]["plugins"]
+    for name, got in out.items():
+        assert isinstance(got["refs"]["refs"]["x/0.0"], str), name  # copied in: decoded by libhdf5
+        assert_same_values(data, zvalues(consumer_open(got["refs"])["x"]))
 
 
 @pytest.mark.parametrize(

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Callable
 
 import h5py
-
-try:  # filter plugins, so libhdf5 decodes what must be inlined and what the checks compare with
-    import hdf5plugin  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
 
 from .. import urls
 from ..compare import object_key
@@ -32,6 +27,23 @@ from ..source import INDEX_PREFIX, META, ReadRecorder
 ReadMany = Callable[[str | None, list[int], list[int]], list[bytes]]
 # url -> (fsspec filesystem, path) for other files (external storage, virtual dataset sources)
 FsFor = Callable[[str], tuple[Any, str]]
+
+
+def filters_decodable(dcpl: Any | None = None) -> None:
+    """Let libhdf5 decode the filters of a dataset (``dcpl``; None: any dataset, such as a virtual
+    one's sources): what the scan inlines and what its checks compare with.  hdf5plugin, whose
+    import (~20 ms) is most of what a small remote scan waits for besides its requests, is
+    imported the first time a pipeline holds a filter libhdf5 does not have."""
+    if dcpl is None or any(not h5py.h5z.filter_avail(dcpl.get_filter(i)[0]) for i in range(dcpl.get_nfilters())):
+        _filter_plugins()
+
+
+@cache
+def _filter_plugins() -> None:
+    try:
+        import hdf5plugin  # noqa: F401  (registers its filters with libhdf5)
+    except ImportError:  # pragma: no cover
+        pass
 
 
 def _local_fs(url: str) -> tuple[Any, str]:

@@ -11,7 +11,7 @@ from ..codecs import (DTypePlan, describe_number_type, fill_value_json, holds_za
 from ..model import ArrayNode, chunk_key
 from ._attrs import attributes_of, ref_json, unsafe_type
 from ._chunked import chunked
-from ._context import ScanContext, fill_value_of
+from ._context import ScanContext, fill_value_of, filters_decodable
 from ._contiguous import contiguous, external_storage
 from ._dims import dims_of, phony_dim
 from ._inline import inline_converted, inline_decoded
@@ -22,6 +22,7 @@ from ._virtual import sources_unreadable, virtual_by_reference
 def build_array(ctx: ScanContext, d: h5py.Dataset, path: str) -> ArrayNode:
     dsid = d.id
     dcpl = dsid.get_create_plist()
+    filters_decodable(dcpl if not d.is_virtual else None)  # a virtual dataset's values: its sources' filters
     why = unsafe_type(dsid.get_type())
     if why:
         raise ctx.fail(path, why)
