@@ -68,8 +68,9 @@ def zarr_refusal(doc: dict[str, Any]) -> str | None:
 
         from ._runtime import register_codecs, register_stock_codecs
 
-        register_stock_codecs()
-        register_codecs()
+        if any(codec_provider(c) != "numcodecs" for c in codec_ids([doc])):  # imagecodecs' import: ~15 ms
+            register_stock_codecs()
+            register_codecs()
         probe = dict(doc, shape=[1] * len(doc["shape"]), chunks=[1] * len(doc["shape"]))
         try:
             ArrayV2Metadata.from_dict(probe)

@@ -9,8 +9,11 @@ import numpy as np
 
 def codec_pipeline(filters: list[dict] | None, compressor: dict | None):
     """numcodecs objects for re-encoding inline chunks with an array's pipeline."""
-    register_codecs()
-    register_stock_codecs()
+    from ._catalog import NUMCODECS
+
+    if any(c.get("id") not in NUMCODECS for c in [*(filters or []), *([compressor] if compressor else [])]):
+        register_codecs()  # imagecodecs' import (~15 ms) only for pipelines numcodecs alone cannot run
+        register_stock_codecs()
     chain = [numcodecs.get_codec(dict(c)) for c in (filters or [])]
     if compressor:
         chain.append(numcodecs.get_codec(dict(compressor)))
