@@ -172,6 +172,29 @@ def test_a_large_batch_of_ranges_goes_to_fsspec():
         assert quick.for_many(3) is quick
 
 
+def test_a_batch_of_large_ranges_stays_with_its_threads(monkeypatch):
+    """A whole small file fetched in parts (a few dozen ranges of a MiB or so) costs its transfer, not its
+    requests: refindex's own client fetches it, without importing aiohttp for it."""
+    from refindex.source import _http
+
+    big = bytes(np.random.default_rng(4).integers(0, 256, 24 * _http.LARGE_PART, dtype=np.uint8))
+    served = []
+    real = QuickHTTP.for_many
+    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n, nbytes=0: served.append(real(self, n, nbytes) is self)
+                        or real(self, n, nbytes))
+    with webserver.serve() as server:
+        url = server.put("big.bin", big)
+        quick = QuickHTTP()
+        starts = [i * _http.LARGE_PART for i in range(24)]
+        ends = [a + _http.LARGE_PART for a in starts]
+        assert quick.cat_ranges([url] * 24, starts, ends) == [big[a:b] for a, b in zip(starts, ends)]
+        assert served == [True]
+        assert len([r for r in server.requests if r[0] == "GET"]) == 24
+        small = [a + 100 for a in starts]
+        assert quick.cat_ranges([url] * 24, starts, small) == [big[a:b] for a, b in zip(starts, small)]
+        assert served == [True, False]  # small ranges: fsspec's event loop
+
+
 def _many_nodes(path) -> None:
     """Small files and one whose chunk index has hundreds of B-tree nodes (a level is a large batch)."""
     with h5py.File(path, "w", libver="earliest") as f:
@@ -187,7 +210,7 @@ def test_a_scan_through_it_makes_the_same_index_as_through_fsspec(tmp_path, kind
     _many_nodes(tmp_path / "f.h5")
     batches = []
     real = QuickHTTP.for_many
-    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n: batches.append(n) or real(self, n))
+    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n, nbytes=0: batches.append(n) or real(self, n, nbytes))
     with webserver.serve(**SERVERS[kind]) as server:
         url = server.put("f.h5", (tmp_path / "f.h5").read_bytes(), mtime=1_700_000_000)
         small = CacheOptions(block_size=4096, first_read=4096, tail_read=4096)  # many small blocks: large batches
@@ -223,7 +246,7 @@ def test_the_h5py_roads_fetcher_reads_few_ranges_itself_and_many_through_fsspec(
 
     batches = []
     real = QuickHTTP.for_many
-    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n: batches.append(n) or real(self, n))
+    monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n, nbytes=0: batches.append(n) or real(self, n, nbytes))
     big = bytes(np.random.default_rng(3).integers(0, 256, 3 << 20, dtype=np.uint8))
     with webserver.serve() as server:
         url = server.put("big.bin", big)

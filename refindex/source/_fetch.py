@@ -94,7 +94,7 @@ class RangeFetcher:
             return fut
         fs = self.fs
         if hasattr(fs, "for_many"):  # a few ranges through refindex's own requests, a large batch through fsspec
-            fs = fs.for_many(len(split_ranges(ranges)[0]))
+            fs = fs.for_many(len(split_ranges(ranges)[0]), sum(b - a for a, b in ranges))
         if getattr(fs, "async_impl", False):
             return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges), fs.loop)
         if self._pool is None:

@@ -19,7 +19,7 @@ def cat_parts(fs: Any, path: str, parts: list[tuple[int, int]], limit: int) -> l
     request's exception takes its place.  (``_cat_file`` is the public coroutine API of fsspec's
     ``AsyncFileSystem``, underscore and all.)"""
     if hasattr(fs, "for_many"):  # refindex's own HTTP requests: a large batch goes to fsspec's event loop
-        fs = fs.for_many(len(parts))
+        fs = fs.for_many(len(parts), sum(b - a for a, b in parts))
     if len(parts) > 1 and getattr(fs, "async_impl", False) and not getattr(fs, "asynchronous", False) \
             and getattr(fs, "loop", None) is not None:
         from fsspec.asyn import sync

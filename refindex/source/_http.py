@@ -4,9 +4,9 @@ Opening an indexed file on the h5py road makes two requests: the index, and the 
 check of its source; scanning a small file a handful more.  fsspec's HTTP filesystem would
 make them as well, but it needs aiohttp, whose import alone (about 0.2 s) is longer than
 those round trips.  So they go through :class:`QuickHTTP`: ``http.client``, a connection
-kept per host, up to :data:`MANY` ranges side by side in threads.  A larger batch (the
-levels of a big chunk index, thousands of nodes) is handed to fsspec's event loop
-(:meth:`QuickHTTP.for_many`), and reading data on the h5py road stays with fsspec.
+kept per host, up to :data:`MANY` ranges side by side in threads (a few dozen when they are
+large: a whole small file in parts).  A larger batch of small ranges (the levels of a big
+chunk index, thousands of nodes) is handed to fsspec's event loop (:meth:`QuickHTTP.for_many`).
 
 It answers as fsspec's HTTP filesystem does, so callers need not know which one they have:
 ``info`` tries HEAD then GET and reports ``size``, ``ETag``, ``Last-Modified``, the final
@@ -29,6 +29,10 @@ from urllib.parse import quote, urljoin, urlsplit
 HONOURED = frozenset({"headers", "block_size", "cache_type", "cache_options", "simple_links", "same_scheme",
                       "skip_instance_cache", "use_listings_cache", "listings_expiry_time", "max_paths"})
 MANY = 16  # ranges fetched side by side in threads; a larger batch goes to fsspec's event loop
+# ... unless its ranges are large: then what a request costs in Python does not matter, and a
+# few dozen of them (a whole small file in parts) need not import aiohttp (~0.3 s with its SSL set-up)
+LARGE_PART = 256 << 10
+LARGE_MANY = 64
 REDIRECTS = {301, 302, 303, 307, 308}
 MAX_REDIRECTS = 10
 TIMEOUT = 60.0  # seconds without a byte from the server: the request fails (and is retried as transient)
@@ -108,10 +112,11 @@ class QuickHTTP:
             extra["Accept-Encoding"] = "identity"
         return self._request("GET", url, extra)[1]
 
-    def for_many(self, n: int) -> Any:
-        """The filesystem for a batch of ``n`` ranges: this one up to :data:`MANY`, else fsspec's
-        HTTP filesystem with the same options (made, and aiohttp imported, at the first such batch)."""
-        if n <= MANY:
+    def for_many(self, n: int, nbytes: int = 0) -> Any:
+        """The filesystem for a batch of ``n`` ranges of ``nbytes`` in all: this one up to :data:`MANY`
+        (or :data:`LARGE_MANY` of :data:`LARGE_PART` bytes on average), else fsspec's HTTP filesystem
+        with the same options (made, and aiohttp imported, at the first such batch)."""
+        if n <= MANY or (n <= LARGE_MANY and nbytes >= n * LARGE_PART):
             return self
         if self._bulk is None:
             import fsspec
@@ -123,7 +128,10 @@ class QuickHTTP:
                    **_: Any) -> list[Any]:
         """Several ranges at once, each on its own connection (one round trip)."""
         if len(paths) > MANY:
-            return self.for_many(len(paths)).cat_ranges(paths, starts, ends, on_error=on_error)
+            known = all(a is not None and b is not None and a >= 0 for a, b in zip(starts, ends))
+            bulk = self.for_many(len(paths), sum(b - a for a, b in zip(starts, ends)) if known else 0)
+            if bulk is not self:
+                return bulk.cat_ranges(paths, starts, ends, on_error=on_error)
 
         def one(i: int) -> Any:
             try:
