@@ -9,9 +9,9 @@ import numpy as np
 
 def codec_pipeline(filters: list[dict] | None, compressor: dict | None):
     """numcodecs objects for re-encoding inline chunks with an array's pipeline."""
-    from ._catalog import NUMCODECS
+    from numcodecs.registry import codec_registry
 
-    if any(c.get("id") not in NUMCODECS for c in [*(filters or []), *([compressor] if compressor else [])]):
+    if any(c.get("id") not in codec_registry for c in [*(filters or []), *([compressor] if compressor else [])]):
         register_codecs()  # imagecodecs' import (~15 ms) only for pipelines numcodecs alone cannot run
         register_stock_codecs()
     chain = [numcodecs.get_codec(dict(c)) for c in (filters or [])]
