@@ -8,23 +8,29 @@ HTTP(S) requests made a few at a time (an index, a freshness check, a small scan
 through :func:`quick_filesystem`, without aiohttp's import.
 """
 
-from ..options import CacheOptions
-from ._cache import BlockCache, ReadStats, merge_ranges
-from ._failures import WHOLE_FILE_FALLBACK, ranged, reason_of, source_error, whole_file
-from ._fingerprint import digest as fingerprint_digest
-from ._fingerprint import recorded_spans as fingerprint_spans
-from ._fetch import RangeFetcher
-from ._http import HTTPStatusError, QuickHTTP
-from ._open import HDF5_SIGNATURE, Source, describe, file_info, filesystem_of, has_hdf5_signature, open_source
-from ._open import info_with_ranges, one_round_trip, quick_filesystem, stat
-from ._prefetch import prefetch_tree
-from ._record import INDEX_PREFIX, META, LocalFile, ReadRecorder
-from ._retry import RetryPolicy, is_transient, retry_policy, with_retries
-from ._validators import described, fine_grained, mtime_epoch, same_mtime
+from ..lazy import attribute_loader
 
-__all__ = ["HDF5_SIGNATURE", "INDEX_PREFIX", "META", "WHOLE_FILE_FALLBACK", "BlockCache", "CacheOptions",
-           "HTTPStatusError", "LocalFile", "QuickHTTP", "RangeFetcher", "ReadRecorder", "ReadStats", "RetryPolicy",
-           "Source", "describe", "described", "file_info", "filesystem_of", "fine_grained", "fingerprint_digest",
-           "fingerprint_spans", "has_hdf5_signature", "info_with_ranges", "is_transient", "merge_ranges",
-           "mtime_epoch", "one_round_trip", "open_source", "prefetch_tree", "quick_filesystem", "ranged", "reason_of",
-           "retry_policy", "same_mtime", "source_error", "stat", "whole_file", "with_retries"]
+# Loaded on first use: fetching an index needs ``_quick`` and ``_http`` alone, and an open starts
+# that request before it loads the block cache, the prefetch and the rest.
+_WHERE = {
+    "CacheOptions": "_cache",
+    "BlockCache": "_cache", "ReadStats": "_cache", "merge_ranges": "_cache",
+    "WHOLE_FILE_FALLBACK": "_failures", "ranged": "_failures", "reason_of": "_failures", "source_error": "_failures",
+    "whole_file": "_failures",
+    "fingerprint_digest": "_fingerprint:digest", "fingerprint_spans": "_fingerprint:recorded_spans",
+    "RangeFetcher": "_fetch",
+    "HTTPStatusError": "_http", "QuickHTTP": "_http", "honours": "_http",
+    "HDF5_SIGNATURE": "_open", "Source": "_open", "describe": "_open", "file_info": "_open",
+    "has_hdf5_signature": "_open", "open_source": "_open", "info_with_ranges": "_open", "one_round_trip": "_open",
+    "stat": "_open",
+    "filesystem_of": "_quick", "quick_filesystem": "_quick",
+    "prefetch_tree": "_prefetch",
+    "INDEX_PREFIX": "_record", "META": "_record", "LocalFile": "_record", "ReadRecorder": "_record",
+    "RetryPolicy": "_retry", "is_transient": "_retry", "retry_policy": "_retry", "with_retries": "_retry",
+    "described": "_validators", "fine_grained": "_validators", "mtime_epoch": "_validators",
+    "same_mtime": "_validators",
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__ = attribute_loader(__name__, _WHERE)

@@ -7,9 +7,7 @@ through fsspec behind :class:`~refindex.source.BlockCache`, whose cache
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -20,7 +18,7 @@ from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import ranged, source_error
-from ._http import QuickHTTP, honours
+from ._quick import filesystem_of, quick_filesystem
 from ._prefetch import prefetch_tree
 from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
@@ -207,32 +205,6 @@ def _stat(call: Any, path: str) -> Any:
         raise
     except Exception as e:
         raise source_error(e, path) from e
-
-
-def filesystem_of(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """(filesystem, path) of ``url``; a failure to make the filesystem is a SourceError naming it."""
-    try:
-        return urls.filesystem(url, storage_options)
-    except Exception as e:
-        raise SourceError(f"cannot open filesystem for {urls.split(url)[0]}://: {e}", file=url) from e
-
-
-_QUICK: dict[str, QuickHTTP] = {}
-_QUICK_LOCK = threading.Lock()
-
-
-def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """(filesystem, path) for ``url``, with refindex's own HTTP requests where they serve: a
-    :class:`~refindex.source.QuickHTTP` for an HTTP(S) URL whose storage options it honours (one
-    per set of options, so its connections are reused), else :func:`filesystem_of`."""
-    if not honours(url, storage_options):
-        return filesystem_of(url, storage_options)
-    key = json.dumps(storage_options or {}, sort_keys=True, default=repr)
-    with _QUICK_LOCK:
-        fs = _QUICK.get(key)
-        if fs is None:
-            fs = _QUICK[key] = QuickHTTP((storage_options or {}).get("headers"), options=storage_options)
-    return fs, url
 
 
 def stat(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
