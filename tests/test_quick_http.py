@@ -226,6 +226,65 @@ def test_a_scan_through_it_makes_the_same_index_as_through_fsspec(tmp_path, kind
             assert np.array_equal(z["few"][:], h["few"][()])
 
 
+EARLY = textwrap.dedent("""
+    import importlib.abc, json, sys, threading
+    sys.path[:0] = {paths!r}
+    import h5py, refindex
+    import webserver
+
+    arrived = threading.Event()
+    waited = []
+
+    class Gate(importlib.abc.MetaPathFinder):  # the block cache's module loads once the index was asked for
+        def find_spec(self, name, path=None, target=None):
+            if name == "refindex.source._cache":
+                waited.append(arrived.wait(20))
+            return None
+
+    class Seen(list):
+        def append(self, request):
+            super().append(request)
+            if request[1] == "/data.json":
+                arrived.set()
+
+    sys.meta_path.insert(0, Gate())
+    with webserver.serve() as server:
+        url = server.put("data.h5", open({path!r}, "rb").read(), mtime=1_700_000_000)
+        text = open({index!r}).read().replace({scanned!r}, url)  # the index names this server's copy
+        index = server.put("data.json", text.encode())
+        server.requests = Seen()
+        f = refindex.h5py_file(index)
+        try:
+            refindex.h5py_file(server.url("missing.json"))
+        except refindex.errors.SourceError as e:
+            missing = str(e)
+        print(json.dumps({{"waited": waited, "requests": server.requests[:2], "units": f["data"].attrs["units"],
+                          "sum": int(f["data"][()].sum()), "missing": missing}}))
+        f.close()
+""")
+
+
+def test_the_index_is_requested_before_the_road_loads_its_modules(tmp_path):
+    """A JSON index at an HTTP(S) URL is requested first, in a thread, and the modules that read it
+    load while it travels (~25 ms of an open): a child process holds back the block cache's module
+    until the server has the index's request (without the early request it would wait in vain).
+    The values are h5py's; a missing index fails as before."""
+    _chunked(tmp_path / "data.h5")
+    with webserver.serve() as server:
+        url = server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_000)
+        (tmp_path / "data.json").write_text(json.dumps(refindex.scan(url)))
+    child = EARLY.format(paths=sys.path, path=str(tmp_path / "data.h5"), index=str(tmp_path / "data.json"),
+                         scanned=url)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["waited"] == [True], got
+    assert [r[:2] for r in got["requests"]] == [["GET", "/data.json"], ["HEAD", "/data.h5"]]
+    with h5py.File(tmp_path / "data.h5", "r") as h:
+        assert got["units"] == h["data"].attrs["units"] and got["sum"] == int(h["data"][()].sum())
+    assert "index not found" in got["missing"]
+
+
 def test_a_small_file_opens_on_the_fly_without_aiohttp(tmp_path):
     """h5py_file on an HDF5 URL scans it first: a small file's scan needs few requests, all made
     without aiohttp; the values read equal h5py's."""

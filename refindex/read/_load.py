@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -164,11 +165,11 @@ def _keep(refs: RefsDocument, entry: Path) -> None:
 
 
 def load_index(target: Any, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
-               options: ScanOptions | None = None, accept: Callable[[RefsDocument], None] | None = None
-               ) -> tuple[Any, bool]:
+               options: ScanOptions | None = None, accept: Callable[[RefsDocument], None] | None = None,
+               fetched: Future | None = None) -> tuple[Any, bool]:
     """(index, fresh): a refs dict or a parquet folder path; ``fresh`` when it was just made or
     checked against its source (so the caller need not check again).  ``accept``: see
-    :func:`index_of_file` (an HDF5 input only)."""
+    :func:`index_of_file` (an HDF5 input only); ``fetched``: see :func:`load_refs`."""
     if isinstance(target, dict):
         return target, False
     target = os.fspath(target)
@@ -176,13 +177,14 @@ def load_index(target: Any, *, storage_options: dict[str, Any] | None = None, ca
     if kind == "hdf5":
         return index_of_file(target, storage_options=storage_options, cache=cache, options=options,
                              accept=accept), True
-    return load_refs(target, storage_options), False
+    return load_refs(target, storage_options, fetched if kind == "json" else None), False
 
 
-def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
+def load_refs(refs: Any, storage_options: dict[str, Any] | None = None, fetched: Future | None = None) -> Any:
     """A refs dict from a dict or a JSON file/URL, or a parquet folder (returned as its path).
 
-    A JSON index is fetched with one request (no listing or size probe first).
+    A JSON index is fetched with one request (no listing or size probe first); ``fetched``:
+    that request already started (:func:`refindex.read.h5py_road.fetch_early`), its bytes or error.
     """
     if isinstance(refs, dict):
         return refs
@@ -191,7 +193,7 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None) -> Any:
     if urls.is_local(path) and os.path.isdir(p):
         return path  # parquet refs: fsspec's LazyReferenceMapper layout
     try:
-        data = with_retries(fs.cat_file, p)
+        data = fetched.result() if fetched is not None else with_retries(fs.cat_file, p)
     except IsADirectoryError:
         return path
     except FileNotFoundError as e:

@@ -9,6 +9,7 @@ remote targets created asynchronous too.
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,8 +69,8 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
     return loaded, opts
 
 
-def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None] | None = None
-                      ) -> tuple[Any, ReadOptions, Callable[[], None]]:
+def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None] | None = None,
+                      fetched: Future | None = None) -> tuple[Any, ReadOptions, Callable[[], None]]:
     """(the index of ``refs``, the options to read it with, the check of the index against its
     source): a caller may start reading while the check's round trip runs, as long as it
     calls the check before it hands anything out.
@@ -82,9 +83,11 @@ def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None
     index names is judged (:func:`check_index`); the options returned then trust it, as
     they trust an index made here from the file the caller named.  ``index_url`` is
     filled in with where the index (or the file) is.  ``accept(index)`` may refuse the index
-    of an HDF5 input before it is cached (``open_nwb``: not an NWB file).
+    of an HDF5 input before it is cached (``open_nwb``: not an NWB file); ``fetched``: a JSON
+    index's request already started (see :func:`~refindex.read.load_refs`).
     """
-    loaded, fresh = load_index(refs, storage_options=opts.storage_options, cache=opts.cache, accept=accept)
+    loaded, fresh = load_index(refs, storage_options=opts.storage_options, cache=opts.cache, accept=accept,
+                               fetched=fetched)
     if opts.index_url is None and not isinstance(refs, dict):
         opts = replace(opts, index_url=os.fspath(refs))
     if fresh:

@@ -8,10 +8,17 @@ requests through :mod:`refindex.source`, the chunks libhdf5 will ask for next fe
 ahead, concurrently (``_file``), found from the index's chunk tables (``_chunks``).
 """
 
-from ._chunks import ChunkMap, ChunkRun, json_loader, parquet_loader
-from ._file import IndexedFile, ReadAhead, RoadStats
-from ._open import Prepared, Road, h5py_file, open_road, prepared
-from ._served import PageMap
+from ...lazy import attribute_loader
 
-__all__ = ["ChunkMap", "ChunkRun", "IndexedFile", "PageMap", "Prepared", "ReadAhead", "Road", "RoadStats", "h5py_file",
-           "json_loader", "open_road", "parquet_loader", "prepared"]
+# Loaded on first use: ``h5py_file`` (``_start``) sends the index's request before the rest loads.
+_WHERE = {
+    "ChunkMap": "_chunks", "ChunkRun": "_chunks", "json_loader": "_chunks", "parquet_loader": "_chunks",
+    "IndexedFile": "_file", "ReadAhead": "_file", "RoadStats": "_file",
+    "Prepared": "_open", "Road": "_open", "open_road": "_open", "prepared": "_open",
+    "PageMap": "_served",
+    "fetch_early": "_start", "h5py_file": "_start",
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__ = attribute_loader(__name__, _WHERE)

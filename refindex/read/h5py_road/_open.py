@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ... import urls
 from ...errors import RefindexError, RefindexWarning
-from ...gcpause import held_collections
 from ...model import Pages
 from ...source import RangeFetcher
 from ...model import V3_KEYS, key_of
@@ -70,37 +70,38 @@ class Prepared:
         return False
 
     def road(self) -> Road:
-        self.check()
-        return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own, self.inline)
+        """The road, once the freshness check passed.  The check's round trip runs in a thread
+        while the pages are decoded: nothing is served before it has passed."""
+        return _checked_beside(self.check, lambda: _road(self.prov, self.pages_doc, self.loader, self.options,
+                                                           self.label, self.own, self.inline))
 
 
-def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
-              remote_options: dict[str, Any] | None = None, check_source: bool = True, cache: CacheSetting = True,
-              allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
-              branch: str | None = None, snapshot: str | None = None) -> Any:
-    """A read-only ``h5py.File`` of the HDF5 file an index describes, opened from the index's pages.
+def _checked_beside(check: Callable[[], None], work: Callable[[], Road]) -> Road:
+    """``work()`` once ``check()`` has passed, the two side by side (the check's error first: a
+    changed source explains an index that no longer decodes)."""
+    import threading
 
-    ``target``: an index (dict, JSON path/URL, parquet folder, Icechunk repository with
-    ``group``/``branch``/``snapshot``) or the HDF5 file itself (local path or URL: scanned
-    on the fly, or found in the local index ``cache``, as :func:`refindex.open_nwb` does).
-    libhdf5 reads the metadata the index carries (its pages: no request); other bytes come
-    by range requests from the file, through refindex's source layer (retries, a block cache
-    for small reads, the chunks libhdf5 will ask for next fetched ahead, concurrently).
+    failed: list[BaseException] = []
 
-    It is a real ``h5py.File`` (h5py's file-object driver): unchanged h5py code, pynwb's
-    ``NWBHDF5IO(file=...)``, nwbinspector or dandi-cli read it as they read any file.  The
-    index is checked against its source (``check_source``) before any page is served.
-    ``storage_options`` reach the index (or the HDF5 file given directly),
-    ``remote_options`` the file an index describes (default: ``storage_options``); the
-    other keywords are those of :func:`refindex.open`.  An index without pages (made with
-    ``pages=False`` or by another tool) still works: every metadata read is then a request.
-    External links cannot be followed through h5py's file-object driver: a file that has
-    some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
-    """
-    with held_collections():  # what an open allocates lives as long as the file (refindex.gcpause)
-        return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
-                                  check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                  group=group, branch=branch, snapshot=snapshot).road())
+    def run() -> None:
+        try:
+            check()
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="refindex-check", daemon=True)
+    thread.start()
+    try:
+        out = work()
+    except BaseException:
+        thread.join()
+        if failed:
+            raise failed[0] from None
+        raise
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out
 
 
 def open_road(road: Road) -> Any:
@@ -130,10 +131,11 @@ def open_road(road: Road) -> Any:
 def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
              check_source: bool, cache: CacheSetting, allowed_urls: Sequence[str] | None, trust: bool,
              group: str | None, branch: str | None, snapshot: str | None,
-             accept: Callable[[Any], None] | None = None) -> Prepared:
+             accept: Callable[[Any], None] | None = None, fetched: Future | None = None) -> Prepared:
     """The index of ``target`` read once (the HDF5 file scanned or found in the cache first); its
     freshness check runs when the road is taken (:meth:`Prepared.road`).  ``accept(index)`` may
-    refuse the index of an HDF5 input before it is cached (``open_nwb``: not an NWB file)."""
+    refuse the index of an HDF5 input before it is cached (``open_nwb``: not an NWB file);
+    ``fetched``: a JSON index's request already started (:func:`fetch_early`)."""
     ic = opened_icechunk(target, storage_options=storage_options, remote_options=remote_options, group=group,
                          branch=branch, snapshot=snapshot, check_source=check_source)  # checked here
     if ic is not None:
@@ -146,7 +148,7 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
         return Prepared(record, doc, None, so, ic.label, None, lambda: None, icechunk=ic)
     opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
                           cache=cache, allowed_urls=allowed_urls, trust=trust)
-    loaded, opts, check = prepare_unchecked(target, opts, accept=accept)
+    loaded, opts, check = prepare_unchecked(target, opts, accept=accept, fetched=fetched)
     so = dict(opts.remote_options if opts.remote_options is not None else opts.storage_options or {})
     label = "index" if isinstance(target, dict) else os.fspath(target)
     if isinstance(loaded, dict):
