@@ -9,8 +9,8 @@ remote targets created asynchronous too.
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from concurrent.futures import Future
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...gcpause import held_collections
 
+if TYPE_CHECKING:  # (not loaded at run time: the request goes out first)
+    from .._load import CacheSetting
+
 
 def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
-              remote_options: dict[str, Any] | None = None, check_source: bool = True, cache: Any = True,
+              remote_options: dict[str, Any] | None = None, check_source: bool = True, cache: CacheSetting = True,
               allowed_urls: Sequence[str] | None = None, trust: bool = False, group: str | None = None,
               branch: str | None = None, snapshot: str | None = None) -> Any:
     """A read-only ``h5py.File`` of the HDF5 file an index describes, opened from the index's pages.
