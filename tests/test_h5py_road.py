@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import threading
+import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -407,6 +408,19 @@ def _counted_collections(note=lambda info: info["generation"]):
         gc.callbacks.remove(count)
 
 
+def _settled() -> None:
+    """Collection back on: the holds of an earlier test's data reads are let go SETTLE seconds after
+    their fetches complete (refindex.gcpause), so a test that looks at the holds waits for that first."""
+    import gc
+
+    from refindex import gcpause
+
+    deadline = time.monotonic() + 10 + gcpause.SETTLE
+    while not gc.isenabled() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert gc.isenabled(), "collection still held 10 s after the last test"
+
+
 def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
     """An open allocates what lives as long as the file (modules, the index, its pages): the collections
     that would trigger free nothing and pushed a full one into pynwb's read after it (docs/h5py.md).
@@ -415,6 +429,7 @@ def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
     import gc
 
     folder, handler, base = site
+    _settled()
     with _counted_collections() as seen:
         f = refindex.h5py_file(f"{base}/session.nwb.json")
         assert gc.isenabled()
@@ -496,7 +511,6 @@ def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
     """A fetch in flight holds collection in the parent; a child forked meanwhile (Dask, multiprocessing)
     has none of those threads, so nothing would ever let it go: collection is on in the child."""
     import gc
-    import time
     from concurrent.futures import Future
 
     from refindex.gcpause import held_while_fetching
