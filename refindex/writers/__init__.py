@@ -16,7 +16,7 @@ _WHERE = {
     "remove_leftovers": "_atomic", "check_writable": "_atomic", "output_error": "_atomic",
     "STREAM_BLOCK": "_json", "dumps": "_json", "format_rows": "_json", "write_json": "_json",
     "write_json_stream": "_json",
-    "PAGES_FORMAT": "_pages", "encoded_size": "_pages", "pages_document": "_pages", "pages_of_document": "_pages",
+    "InlineBytes": "_pages", "PAGES_FORMAT": "_pages", "encoded_size": "_pages", "pages_document": "_pages", "pages_of_document": "_pages",
     "DEFAULT_RECORD_SIZE": "_parquet", "ZMETADATA": "_parquet", "array_records": "_parquet",
     "metadata_document": "_parquet", "write_parquet": "_parquet",
     "FORMAT_VERSION": "_refs", "chunk_refs": "_refs", "consolidated": "_refs", "head_refs": "_refs",

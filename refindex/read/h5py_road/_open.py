@@ -17,10 +17,9 @@ from typing import Any
 
 from ... import urls
 from ...errors import RefindexError, RefindexWarning
-from ...model import Pages
+from ...model import V3_KEYS, Pages, key_of
 from ...source import RangeFetcher
-from ...model import V3_KEYS, key_of
-from ...writers import pages_of_document
+from ...writers import InlineBytes, pages_of_document
 from .._load import CacheSetting, parquet_metadata
 from .._open import ReadOptions, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
@@ -182,9 +181,6 @@ def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: d
         size = pages.file_size if pages is not None else _size_of(url, options)
     check_size(url, int(size), pages)
     return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options)
-
-
-InlineBytes = Callable[[str, str, int], "bytes | None"]
 
 
 def json_inline_items(refs: dict[str, Any]) -> InlineBytes:
