@@ -43,7 +43,10 @@ from ._pages import pages_document
 
 DENSE_SHARE = 0.25  # chunk tables filling at least this share of their grid go in as whole columns
 DENSE_MAX = 1 << 26  # ... unless the grid is larger than this (then in batches of chunk specs)
-BATCH = 50_000  # chunk specs or native keys per call
+BATCH = 50_000  # chunk specs per call
+IN_FLIGHT = 128  # native keys written at once: each ``set`` wakes the event loop from Icechunk's own
+# threads, and tens of thousands of them pending at once wrote 2x slower than rounds of ~100
+# (20,000 inline chunks: 4.9 s all at once, 2.4-2.8 s in rounds of 64-128, 3.9 s of 8)
 TRIES = 4  # whole-write attempts when a concurrent commit conflicts
 FORMAT = "icechunk"
 PAGES_FOLDER = "refindex-pages"
@@ -280,17 +283,18 @@ def write_refs(store: Any, array_path: str, table: ChunkTable, grid: tuple[int, 
 
 
 def write_native(store: Any, items: list[tuple[str, bytes]]) -> None:
-    """Documents and inline chunks: many ``set`` calls per event-loop round."""
+    """Documents and inline chunks: ``IN_FLIGHT`` ``set`` calls at a time, in one event-loop run."""
     from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
     proto = default_buffer_prototype()
 
-    async def put(batch: list[tuple[str, bytes]]) -> None:
-        await asyncio.gather(*(store.set(k, proto.buffer.from_bytes(v)) for k, v in batch))
+    async def put() -> None:
+        for start in range(0, len(items), IN_FLIGHT):
+            await asyncio.gather(*(store.set(k, proto.buffer.from_bytes(v)) for k, v in items[start:start + IN_FLIGHT]))
 
-    for start in range(0, len(items), BATCH):
-        sync(put(items[start:start + BATCH]))
+    if items:
+        sync(put())
 
 
 def document_bytes(doc: dict[str, Any], where: str) -> bytes:
