@@ -74,8 +74,10 @@ def h5netcdf_groups(path: Any) -> list[str]:
 # ---------------------------------------------------------------- the comparison
 
 
-def differences(want: Any, got: Any, where: str = "") -> list[str]:
-    """Every difference a user of ``got`` would meet, compared with ``want`` (empty: identical)."""
+def differences(want: Any, got: Any, where: str = "", values: Any = None) -> list[str]:
+    """Every difference a user of ``got`` would meet, compared with ``want`` (empty: identical);
+    ``values``: the names whose values are compared (default: every variable's; the rest are
+    compared on everything but their values)."""
     out: list[str] = []
     at = f"{where}: " if where else ""
     if dict(want.sizes) != dict(got.sizes):
@@ -86,11 +88,25 @@ def differences(want: Any, got: Any, where: str = "") -> list[str]:
     out += attr_differences(want.attrs, got.attrs, f"{at}dataset attributes")
     for name in want.variables:
         if name in got.variables:
-            out += variable_differences(want.variables[name], got.variables[name], f"{at}{name}")
+            out += variable_differences(want.variables[name], got.variables[name], f"{at}{name}",
+                                        values is None or name in values)
     return out
 
 
-def variable_differences(w: Any, g: Any, name: str) -> list[str]:
+def load_whole(ds: Any) -> Any:
+    """``ds`` with the variables :func:`differences` compares whole read into memory, once: a file's
+    view compared with several indexes' views is read once, not once per index (those xarray
+    cannot decode stay lazy, to fail where they are compared)."""
+    for v in ds.variables.values():
+        if v.size <= WHOLE or not v.ndim:
+            try:
+                v.load()
+            except Exception:  # noqa: BLE001 - compared (and found undecodable) later
+                pass
+    return ds
+
+
+def variable_differences(w: Any, g: Any, name: str, values: bool = True) -> list[str]:
     out: list[str] = []
     if w.dims != g.dims:
         out.append(f"{name}: dims {g.dims} != {w.dims}")
@@ -100,6 +116,8 @@ def variable_differences(w: Any, g: Any, name: str) -> list[str]:
         out.append(f"{name}: dtype {g.dtype} != {w.dtype}")
     if w.shape != g.shape:
         out.append(f"{name}: shape {g.shape} != {w.shape}")
+        return out
+    if not values:
         return out
     try:
         wv = values_of(w)
