@@ -98,6 +98,11 @@ class CacheOptions:
     whole_file_max: int = 64 << 20
     concurrency: int = 128
 
+    def end_spans(self) -> list[tuple[int, int | None]]:
+        """What an open fetches with the file's info: its first ``first_read`` bytes and, as a
+        suffix range (the size is not known yet), its last ``tail_read`` bytes and a block."""
+        return [(0, self.first_read), (-(self.tail_read + self.block_size), None)]
+
 
 
 # The fields that decide what an index holds, in the order its provenance lists them.

@@ -285,6 +285,72 @@ def test_the_index_is_requested_before_the_road_loads_its_modules(tmp_path):
     assert "index not found" in got["missing"]
 
 
+SCAN_EARLY = textwrap.dedent("""
+    import importlib.abc, json, sys, threading
+    sys.path[:0] = {paths!r}
+    import h5py, refindex
+    import webserver
+
+    arrived = threading.Event()
+    waited = []
+
+    class Gate(importlib.abc.MetaPathFinder):  # the scanner loads once the file's first round trip was asked for
+        def find_spec(self, name, path=None, target=None):
+            if name == "refindex.pipeline":
+                waited.append(arrived.wait(20))
+            return None
+
+    class Seen(list):
+        def append(self, request):
+            super().append(request)
+            if request[:2] == ("HEAD", "/data.h5"):
+                arrived.set()
+
+    sys.meta_path.insert(0, Gate())
+    with webserver.serve() as server:
+        url = server.put("data.h5", open({path!r}, "rb").read(), mtime=1_700_000_000)
+        server.requests = Seen()
+        f = refindex.h5py_file(url, cache={cache!r})
+        first = list(server.requests)
+        values = {{"units": f["data"].attrs["units"], "sum": int(f["data"][()].sum())}}
+        f.close()
+        server.requests.clear()
+        again = refindex.h5py_file(url, cache={cache!r})  # from the cache: its freshness check only
+        values["again"] = int(again["data"][()].sum())
+        again.close()
+        cached = [r for r in server.requests if r[2] is None]
+        try:
+            refindex.h5py_file(server.url("missing.h5"), cache=False)
+        except refindex.errors.SourceError as e:
+            missing = str(e)
+        print(json.dumps({{"waited": waited, "first": first, "cached": cached, "missing": missing, **values}}))
+""")
+
+
+def test_a_scan_on_the_fly_asks_for_its_first_round_trip_before_the_scanner_loads(tmp_path):
+    """h5py_file on an HDF5 URL the cache does not hold sends the scan's first round trip (the
+    file's info, head and tail) before it loads the scanner (~40 ms of an open): a child process
+    holds back ``refindex.pipeline`` until the server has that request (without the early request
+    it would wait in vain).  The scan takes it (each asked for once); the values are h5py's; a
+    cached index is only checked (nothing asked ahead); a missing file fails as before."""
+    _chunked(tmp_path / "data.h5")
+    child = SCAN_EARLY.format(paths=sys.path, path=str(tmp_path / "data.h5"), cache=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["waited"] == [True], got
+    size = (tmp_path / "data.h5").stat().st_size
+    ends = sorted(r[2] for r in got["first"][:3] if r[0] == "GET")
+    assert [r[0] for r in got["first"][:3]].count("HEAD") == 1 and ends == ["bytes=-1114112", "bytes=0-1048575"]
+    assert [r[:2] for r in got["first"]].count(["HEAD", "/data.h5"]) == 1, got["first"]  # taken, not asked again
+    assert len(got["first"]) == 3 or size > (1 << 20), got["first"]  # a small file: nothing more to read
+    assert got["cached"] == [["HEAD", "/data.h5", None]], got["cached"]
+    with h5py.File(tmp_path / "data.h5", "r") as h:
+        assert got["units"] == h["data"].attrs["units"]
+        assert got["sum"] == got["again"] == int(h["data"][()].sum())
+    assert "not found" in got["missing"].lower(), got["missing"]
+
+
 def test_a_small_file_opens_on_the_fly_without_aiohttp(tmp_path):
     """h5py_file on an HDF5 URL scans it first: a small file's scan needs few requests, all made
     without aiohttp; the values read equal h5py's."""

@@ -20,7 +20,7 @@ _WHERE = {
     "METADATA_NAMES": "_consolidated", "consolidation_differences": "_consolidated", "open_group": "_consolidated",
     "IcechunkIndex": "_icechunk", "icechunk_index": "_icechunk", "is_repository": "_icechunk",
     "info": "_info",
-    "cache_folder": "_load", "index_of_file": "_load", "kind_of": "_load", "load_index": "_load",
+    "cache_folder": "_names", "index_of_file": "_load", "kind_of": "_load", "load_index": "_load",
     "load_refs": "_load", "parquet_metadata": "_load", "zarr_format_of": "_load",
     "ExternalIndexes": "_nwb", "ZarrTree": "_nwb", "nwb_io_class": "_nwb", "nwb_io_class_v3": "_nwb",
     "open_nwb": "_nwb", "serve_from_memory": "_nwb",

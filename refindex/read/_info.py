@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from .. import urls
-from ._load import CacheSetting, load_index, parquet_metadata
+from ._load import load_index, parquet_metadata
+from ._names import CacheSetting
 
 
 class IndexInfo(dict):

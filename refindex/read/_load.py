@@ -14,22 +14,18 @@ Entries are whole JSON indexes written atomically; deleting the folder is always
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from .. import urls
 from ..errors import RefindexError, SourceError
 from ..model import ZMETADATA, RefsDocument
 from ..options import ScanOptions
 from ..source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
-
-Kind = Literal["json", "parquet", "hdf5"]
-HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
-CacheSetting = bool | str | os.PathLike | None
+from ._names import CacheSetting, Kind, cache_entry, cache_folder, kind_by_name
 
 
 def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
@@ -38,13 +34,9 @@ def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
     Decided by the name where it says (``.json``, ``.nwb``, ``.h5``...), else by the first
     bytes (one small read); a folder is a parquet index when it holds ``.zmetadata``.
     """
-    name = target.split("?", 1)[0].rstrip("/").lower()
-    if name.endswith(".json"):
-        return "json"
-    if name.endswith(".parq") or target.endswith("/"):
-        return "parquet"
-    if name.endswith(HDF5_SUFFIXES):
-        return "hdf5"
+    named = kind_by_name(target)
+    if named is not None:
+        return named
     fs, path = quick_filesystem(target, storage_options)
     try:
         if urls.is_local(target):
@@ -78,19 +70,6 @@ def _exists(fs: Any, path: str) -> bool:
         return False
 
 
-def cache_folder(cache: CacheSetting = True) -> Path | None:
-    """Where indexes made on the fly are kept (None: not kept)."""
-    if cache is False or cache is None:
-        return None
-    if cache is not True:
-        return Path(os.fspath(cache))
-    env = os.environ.get("REFINDEX_CACHE_DIR")
-    if env is not None:
-        return None if env.strip().lower() in ("off", "0", "no", "false", "") else Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "refindex"
-
-
 def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, cache: CacheSetting = True,
                   options: ScanOptions | None = None, accept: Callable[[RefsDocument], None] | None = None
                   ) -> RefsDocument:
@@ -103,7 +82,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     may refuse an index (raising) before it is cached.
     """
     from ..gcpause import collections_allowed
-    from ..pipeline import __version__, scan_refs
+    from ..pipeline import scan_refs
 
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
     folder = cache_folder(cache)
@@ -114,9 +93,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
             accept(refs)
         return refs
     where = urls.normalise(url)
-    material = json.dumps({"url": where, "refindex": __version__, "options": options.recorded(),
-                           "convention": options.convention}, sort_keys=True, default=repr)
-    entry = folder / (hashlib.sha256(material.encode()).hexdigest()[:40] + ".refs.json")
+    entry = cache_entry(folder, where, options)
     refs = _cached_entry(entry, storage_options)
     if refs is None:
         with collections_allowed():  # a scan makes garbage (refindex.gcpause)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model import RefsDocument
-from ._load import CacheSetting, load_index, load_refs, parquet_metadata, zarr_format_of
+from ._load import load_index, load_refs, parquet_metadata, zarr_format_of
+from ._names import CacheSetting
 from ._repository import named_otherwise
 from ._urlpolicy import UrlPolicy
 

@@ -35,7 +35,8 @@ from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, Union, Unpa
 from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
 from ._consolidated import is_metadata_key, per_node_metadata
-from ._load import CacheSetting, load_index, parquet_metadata
+from ._load import load_index, parquet_metadata
+from ._names import CacheSetting
 
 
 

@@ -18,7 +18,7 @@ from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import ranged, source_error
-from ._quick import filesystem_of, quick_filesystem
+from ._quick import filesystem_of, quick_filesystem, taken_ahead
 from ._prefetch import prefetch_tree
 from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
@@ -139,12 +139,15 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     The size is not known before the ``info`` call answers, so the tail is asked for as
     a suffix range (the last ``tail_read`` bytes plus a block, which :class:`BlockCache` cuts to
     whole blocks).  Filesystems that cannot (:func:`_suffix_ranges`), or reads that fail, leave the ends
-    to the cache (None): only the ``info`` call's own failure is an error here.
+    to the cache (None): only the ``info`` call's own failure is an error here.  The round trip
+    :func:`~refindex.source.request_ahead` started for this file is taken, not asked again.
     """
     if not _suffix_ranges(fs) or not cache.first_read or not cache.tail_read:
         return file_info(fs, path), None
-    spans = [(0, cache.first_read), (-(cache.tail_read + cache.block_size), None)]
-    info, head, tail = _stat(lambda: with_retries(info_with_ranges, fs, path, spans), path)
+    spans = cache.end_spans()
+    ahead = taken_ahead(fs, path, spans)  # already asked for (refindex.h5py_file's first step)?
+    info, head, tail = _stat(ahead.result if ahead is not None else
+                             lambda: with_retries(info_with_ranges, fs, path, spans), path)
     ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
     return _checked_info(info, path), ends
 

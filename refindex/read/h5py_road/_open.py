@@ -20,7 +20,8 @@ from ...errors import RefindexError, RefindexWarning
 from ...model import V3_KEYS, Pages, key_of
 from ...source import RangeFetcher
 from ...writers import InlineBytes, pages_of_document
-from .._load import CacheSetting, parquet_metadata
+from .._load import parquet_metadata
+from .._names import CacheSetting
 from .._open import ReadOptions, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
 from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size

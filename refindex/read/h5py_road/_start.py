@@ -4,20 +4,21 @@ Opening a published index is two round trips (the index, the freshness check of 
 and refindex's own imports (~25 ms: the source layer, the road's file object, the pages'
 decoder).  This module imports almost nothing, so a JSON index at an HTTP(S) URL is
 requested first, in a thread (:func:`fetch_early`), and those imports run while its answer
-travels; the rest of the open (:mod:`._open`) takes the bytes from there.
+travels; the rest of the open (:mod:`._open`) takes the bytes from there.  An HDF5 file at
+an HTTP(S) URL with no index in the cache is scanned on the fly: the scan's first round trip
+(the file's size and validators, its head and tail) goes out the same way
+(:func:`scan_early`), while the scanner's modules load (~40 ms more).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ... import urls
 from ...gcpause import held_collections
-
-if TYPE_CHECKING:  # (not loaded at run time: the request goes out first)
-    from .._load import CacheSetting
+from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
 
 
 def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
@@ -45,31 +46,44 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     """
     with held_collections():  # what an open allocates lives as long as the file (refindex.gcpause)
         fetched = fetch_early(target, storage_options)
-        from ._open import open_road, prepared
+        drop = scan_early(target, storage_options, cache) if fetched is None else None
+        try:
+            from ._open import open_road, prepared
 
-        return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
-                                  check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                  group=group, branch=branch, snapshot=snapshot, fetched=fetched).road())
+            return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
+                                      check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                                      group=group, branch=branch, snapshot=snapshot, fetched=fetched).road())
+        finally:
+            if drop is not None:
+                drop()
 
 
 def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future | None:
     """The bytes of a JSON index named by an HTTP(S) URL (``.json``), requested now in a thread, as
     :func:`~refindex.read.load_refs` would request them (refindex's own HTTP client, retries);
     None for anything else, which is read as before."""
-    if not isinstance(target, str) or not target.split("?", 1)[0].lower().endswith(".json"):
+    if not isinstance(target, str) or kind_by_name(target) != "json":
         return None
-    from ...source import honours, quick_filesystem, with_retries  # _quick, _http and _retry only
+    from ...source import honours, quick_filesystem, retried_in_thread  # _quick, _http and _retry only
 
     if not honours(target, storage_options):  # not HTTP(S), or options only fsspec honours: read as before
         return None
     fs, path = quick_filesystem(target, storage_options)
-    fetched: Future = Future()
+    return retried_in_thread("refindex-index", fs.cat_file, path)
 
-    def fetch() -> None:
-        try:
-            fetched.set_result(with_retries(fs.cat_file, path))
-        except BaseException as e:  # noqa: BLE001 - the reader raises it, as it would have
-            fetched.set_exception(e)
 
-    threading.Thread(target=fetch, name="refindex-index", daemon=True).start()
-    return fetched
+def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: CacheSetting) -> Callable[[], None] | None:
+    """For an HDF5 file named by an HTTP(S) URL (``.nwb``, ``.h5``...) that the index cache does
+    not hold: the first round trip of its scan on the fly, asked for now
+    (:func:`~refindex.source.request_ahead`); a function that drops it if no scan takes it.
+    None for anything else (a cached index is checked for freshness instead: nothing to ask)."""
+    if not isinstance(target, str) or kind_by_name(target) != "hdf5":
+        return None
+    from ...options import ScanOptions
+    from ...source import request_ahead  # _quick, _http and _retry only
+
+    options = ScanOptions().but(storage_options=dict(storage_options or {}))  # as index_of_file scans
+    folder = cache_folder(cache)
+    if folder is not None and cache_entry(folder, target, options).exists():
+        return None
+    return request_ahead(urls.normalise(target), storage_options, options.cache.end_spans())
