@@ -226,7 +226,7 @@ def test_a_scan_through_it_makes_the_same_index_as_through_fsspec(tmp_path, kind
             assert np.array_equal(z["few"][:], h["few"][()])
 
 
-EARLY = textwrap.dedent("""
+GATE = textwrap.dedent("""
     import importlib.abc, json, sys, threading
     sys.path[:0] = {paths!r}
     import h5py, refindex
@@ -235,19 +235,29 @@ EARLY = textwrap.dedent("""
     arrived = threading.Event()
     waited = []
 
-    class Gate(importlib.abc.MetaPathFinder):  # the block cache's module loads once the index was asked for
+    class Gate(importlib.abc.MetaPathFinder):  # a module loads only once a request was made
         def find_spec(self, name, path=None, target=None):
-            if name == "refindex.source._cache":
+            if name == {held!r}:
                 waited.append(arrived.wait(20))
             return None
 
     class Seen(list):
         def append(self, request):
             super().append(request)
-            if request[1] == "/data.json":
+            if tuple(request[:2]) == {request!r}:
                 arrived.set()
 
     sys.meta_path.insert(0, Gate())
+""")
+
+
+def gated(held: str, request: tuple[str, str], body: str) -> str:
+    """A child process's code: ``body`` run while module ``held`` cannot load before the server
+    was sent ``request`` (method, path); ``waited`` then says whether it came (in 20 s)."""
+    return GATE.format(paths=sys.path, held=held, request=request) + body
+
+
+EARLY = textwrap.dedent("""
     with webserver.serve() as server:
         url = server.put("data.h5", open({path!r}, "rb").read(), mtime=1_700_000_000)
         text = open({index!r}).read().replace({scanned!r}, url)  # the index names this server's copy
@@ -273,8 +283,8 @@ def test_the_index_is_requested_before_the_road_loads_its_modules(tmp_path):
     with webserver.serve() as server:
         url = server.put("data.h5", (tmp_path / "data.h5").read_bytes(), mtime=1_700_000_000)
         (tmp_path / "data.json").write_text(json.dumps(refindex.scan(url)))
-    child = EARLY.format(paths=sys.path, path=str(tmp_path / "data.h5"), index=str(tmp_path / "data.json"),
-                         scanned=url)
+    child = gated("refindex.source._cache", ("GET", "/data.json"),
+                  EARLY.format(path=str(tmp_path / "data.h5"), index=str(tmp_path / "data.json"), scanned=url))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -286,27 +296,6 @@ def test_the_index_is_requested_before_the_road_loads_its_modules(tmp_path):
 
 
 SCAN_EARLY = textwrap.dedent("""
-    import importlib.abc, json, sys, threading
-    sys.path[:0] = {paths!r}
-    import h5py, refindex
-    import webserver
-
-    arrived = threading.Event()
-    waited = []
-
-    class Gate(importlib.abc.MetaPathFinder):  # the scanner loads once the file's first round trip was asked for
-        def find_spec(self, name, path=None, target=None):
-            if name == "refindex.pipeline":
-                waited.append(arrived.wait(20))
-            return None
-
-    class Seen(list):
-        def append(self, request):
-            super().append(request)
-            if request[:2] == ("HEAD", "/data.h5"):
-                arrived.set()
-
-    sys.meta_path.insert(0, Gate())
     with webserver.serve() as server:
         url = server.put("data.h5", open({path!r}, "rb").read(), mtime=1_700_000_000)
         server.requests = Seen()
@@ -334,7 +323,8 @@ def test_a_scan_on_the_fly_asks_for_its_first_round_trip_before_the_scanner_load
     it would wait in vain).  The scan takes it (each asked for once); the values are h5py's; a
     cached index is only checked (nothing asked ahead); a missing file fails as before."""
     _chunked(tmp_path / "data.h5")
-    child = SCAN_EARLY.format(paths=sys.path, path=str(tmp_path / "data.h5"), cache=str(tmp_path / "cache"))
+    child = gated("refindex.pipeline", ("HEAD", "/data.h5"),
+                  SCAN_EARLY.format(path=str(tmp_path / "data.h5"), cache=str(tmp_path / "cache")))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
