@@ -104,7 +104,6 @@ class CacheOptions:
         return [(0, self.first_read), (-(self.tail_read + self.block_size), None)]
 
 
-
 # The fields that decide what an index holds, in the order its provenance lists them.
 RECORDED = ("inline_threshold", "inline_dataset_threshold", "inline_max", "contiguous_chunk_bytes",
             "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample", "portable",
