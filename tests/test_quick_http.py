@@ -341,6 +341,46 @@ def test_a_scan_on_the_fly_asks_for_its_first_round_trip_before_the_scanner_load
     assert "not found" in got["missing"].lower(), got["missing"]
 
 
+NWB_EARLY = textwrap.dedent("""
+    import warnings
+    warnings.simplefilter("ignore")
+    with webserver.serve() as server:
+        url = server.put("base.nwb", open({path!r}, "rb").read(), mtime=1_700_000_000)
+        text = open({index!r}).read().replace({scanned!r}, url)  # the index names this server's copy
+        target = server.put("base.json", text.encode()) if {indexed!r} else url
+        server.requests = Seen()
+        nwb = refindex.open_nwb(target, cache=False)
+        print(json.dumps({{"waited": waited, "first": server.requests[0], "identifier": nwb.identifier,
+                          "description": nwb.session_description, "n": len(server.requests)}}))
+""")
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["on the fly", "index URL"])
+def test_open_nwb_sends_its_first_request_before_the_rest_loads(tmp_path, indexed):
+    """open_nwb starts as h5py_file does: a JSON index's request (or, for an NWB URL, its scan's first
+    round trip) goes out before the modules that read (scan) it load (a child process holds one of
+    them back until the server has the request: without it, it would wait in vain); the NWBFile is pynwb's."""
+    pynwb = pytest.importorskip("pynwb")
+    import nwbfiles
+
+    nwbfiles.build_base(tmp_path / "base.nwb")
+    with webserver.serve() as server:
+        url = server.put("base.nwb", (tmp_path / "base.nwb").read_bytes(), mtime=1_700_000_000)
+        (tmp_path / "base.json").write_text(json.dumps(refindex.scan(url)))
+    # (open_nwb's own module loads the block cache: what loads after its first step is the road's open)
+    held, request = (("refindex.read.h5py_road._open", ("GET", "/base.json")) if indexed
+                     else ("refindex.pipeline", ("HEAD", "/base.nwb")))
+    child = gated(held, request, NWB_EARLY.format(path=str(tmp_path / "base.nwb"), index=str(tmp_path / "base.json"),
+                                                  scanned=url, indexed=indexed))
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["waited"] == [True] and got["first"][:2] == list(request), got
+    with pynwb.NWBHDF5IO(str(tmp_path / "base.nwb"), "r") as io:
+        want = io.read()
+        assert (got["identifier"], got["description"]) == (want.identifier, want.session_description)
+
+
 def test_a_small_file_opens_on_the_fly_without_aiohttp(tmp_path):
     """h5py_file on an HDF5 URL scans it first: a small file's scan needs few requests, all made
     without aiohttp; the values read equal h5py's."""

@@ -621,7 +621,8 @@ def _refuse_pickle(obj: Any, allow_pickle: bool, error: type[Exception]) -> None
 def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     """(the index of ``refs`` prepared, the ``h5py.File`` over it or None when ``reader`` says the zarr road
     takes it: "auto" and links into other files).  Collection is held while it opens (the open's
-    objects live as long as the file, refindex.gcpause); pynwb's read after it is not held."""
+    objects live as long as the file, refindex.gcpause); pynwb's read after it is not held.
+    ``options``: :func:`~refindex.read.h5py_road.prepared`'s (``fetched`` among them)."""
     from .h5py_road import open_road, prepared
 
     with held_collections():
@@ -684,29 +685,32 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     options = ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                              remote_protocol=remote_protocol, check_source=check_source, cache=cache,
                              allowed_urls=allowed_urls, trust=trust)
-    if reader != "zarr":
-        from pynwb import NWBHDF5IO
+    from .h5py_road import requested_early
 
-        prep, road = _h5py_road(refs, reader, storage_options=storage_options, remote_options=remote_options,
-                                check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                group=group, branch=branch, snapshot=snapshot)
-        if road is not None:
-            return _read_kept(NWBHDF5IO(file=road, mode="r"))
-        # "auto" and links into other files: the zarr road follows them through the linked files' indexes
-        if prep.icechunk is not None:
-            return _read_icechunk(prep.icechunk, options, external, scan_missing)
-        loaded, opts, check = prep.loaded, replace(prep.read_options, remote_protocol=remote_protocol), prep.check
-    else:
-        from ._open import opened_icechunk
+    with requested_early(refs, storage_options, cache) as fetched:  # as h5py_file: sent before the rest loads
+        if reader != "zarr":
+            from pynwb import NWBHDF5IO
 
-        ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
-                             branch=branch, snapshot=snapshot, check_source=check_source)
-        if ic is not None:
-            return _read_icechunk(ic, options, external, scan_missing)
-        loaded, opts, check = prepare_unchecked(refs, options, accept=require_nwb)
-        require_nwb(declared_of(loaded, opts), index_location(refs))
-    return _read_zarr_road(refs, loaded, opts, check, read_ahead=read_ahead, trust=trust, external=external,
-                           scan_missing=scan_missing)
+            prep, road = _h5py_road(refs, reader, storage_options=storage_options, remote_options=remote_options,
+                                    check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                                    group=group, branch=branch, snapshot=snapshot, fetched=fetched)
+            if road is not None:
+                return _read_kept(NWBHDF5IO(file=road, mode="r"))
+            # "auto" and links into other files: the zarr road follows them through the linked files' indexes
+            if prep.icechunk is not None:
+                return _read_icechunk(prep.icechunk, options, external, scan_missing)
+            loaded, opts, check = prep.loaded, replace(prep.read_options, remote_protocol=remote_protocol), prep.check
+        else:
+            from ._open import opened_icechunk
+
+            ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
+                                 branch=branch, snapshot=snapshot, check_source=check_source)
+            if ic is not None:
+                return _read_icechunk(ic, options, external, scan_missing)
+            loaded, opts, check = prepare_unchecked(refs, options, accept=require_nwb, fetched=fetched)
+            require_nwb(declared_of(loaded, opts), index_location(refs))
+        return _read_zarr_road(refs, loaded, opts, check, read_ahead=read_ahead, trust=trust, external=external,
+                               scan_missing=scan_missing)
 
 
 def _read_zarr_road(refs: Any, loaded: Any, opts: ReadOptions, check: Callable[[], None], *, read_ahead: int,

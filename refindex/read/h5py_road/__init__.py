@@ -16,7 +16,7 @@ _WHERE = {
     "IndexedFile": "_file", "ReadAhead": "_file", "RoadStats": "_file",
     "Prepared": "_open", "Road": "_open", "open_road": "_open", "prepared": "_open",
     "PageMap": "_served",
-    "fetch_early": "_start", "h5py_file": "_start",
+    "fetch_early": "_start", "h5py_file": "_start", "requested_early": "_start", "scan_early": "_start",
 }
 
 __all__ = sorted(_WHERE)

@@ -7,13 +7,15 @@ requested first, in a thread (:func:`fetch_early`), and those imports run while 
 travels; the rest of the open (:mod:`._open`) takes the bytes from there.  An HDF5 file at
 an HTTP(S) URL with no index in the cache is scanned on the fly: the scan's first round trip
 (the file's size and validators, its head and tail) goes out the same way
-(:func:`scan_early`), while the scanner's modules load (~40 ms more).
+(:func:`scan_early`), while the scanner's modules load (~40 ms more).  ``refindex.open_nwb``
+starts the same way (:func:`requested_early`), whichever road it then takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any
 
 from ... import urls
@@ -44,18 +46,28 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     External links cannot be followed through h5py's file-object driver: a file that has
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
-    with held_collections():  # what an open allocates lives as long as the file (refindex.gcpause)
-        fetched = fetch_early(target, storage_options)
-        drop = scan_early(target, storage_options, cache) if fetched is None else None
-        try:
-            from ._open import open_road, prepared
+    # what an open allocates lives as long as the file (refindex.gcpause)
+    with held_collections(), requested_early(target, storage_options, cache) as fetched:
+        from ._open import open_road, prepared
 
-            return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
-                                      check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                      group=group, branch=branch, snapshot=snapshot, fetched=fetched).road())
-        finally:
-            if drop is not None:
-                drop()
+        return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
+                                  check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
+                                  group=group, branch=branch, snapshot=snapshot, fetched=fetched).road())
+
+
+@contextmanager
+def requested_early(target: Any, storage_options: dict[str, Any] | None,
+                    cache: CacheSetting) -> Iterator[Future | None]:
+    """An open's first request, sent now (:func:`fetch_early`, else :func:`scan_early`): yields a JSON
+    index's bytes to come (``fetched`` for :func:`~refindex.read.load_refs`) or None; a scan's round
+    trip that no scan took is dropped on the way out."""
+    fetched = fetch_early(target, storage_options)
+    drop = scan_early(target, storage_options, cache) if fetched is None else None
+    try:
+        yield fetched
+    finally:
+        if drop is not None:
+            drop()
 
 
 def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future | None:
