@@ -350,7 +350,7 @@ NWB_EARLY = textwrap.dedent("""
         target = server.put("base.json", text.encode()) if {indexed!r} else url
         server.requests = Seen()
         nwb = refindex.open_nwb(target, cache=False)
-        print(json.dumps({{"waited": waited, "first": server.requests[0], "identifier": nwb.identifier,
+        print(json.dumps({{"waited": waited, "first": server.requests[:3], "identifier": nwb.identifier,
                           "description": nwb.session_description, "n": len(server.requests)}}))
 """)
 
@@ -375,7 +375,8 @@ def test_open_nwb_sends_its_first_request_before_the_rest_loads(tmp_path, indexe
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got["waited"] == [True] and got["first"][:2] == list(request), got
+    # (the scan's first round trip is three requests side by side: they reach the server in any order)
+    assert got["waited"] == [True] and list(request) in [r[:2] for r in got["first"]], got
     with pynwb.NWBHDF5IO(str(tmp_path / "base.nwb"), "r") as io:
         want = io.read()
         assert (got["identifier"], got["description"]) == (want.identifier, want.session_description)
