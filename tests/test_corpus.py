@@ -19,6 +19,7 @@ import pytest
 import refindex
 from refindex import safety
 from refindex.model import external_sources
+from refindex.scanner import _pages
 
 from corpus import CORPUS  # noqa: E402
 from h5compare import assert_h5py_road_equal  # noqa: E402
@@ -53,7 +54,7 @@ def _path(row: dict[str, str]) -> str:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["relpath"] for r in ROWS])
-def test_corpus_file_reads_exactly(row: dict[str, str]) -> None:
+def test_corpus_file_reads_exactly(row: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     rel = row["relpath"]
     path = _path(row)
     if row["notes"].startswith("NOT HDF5"):
@@ -106,6 +107,11 @@ def test_corpus_file_reads_exactly(row: dict[str, str]) -> None:
     # The h5py road (issue #23): h5py over the index's pages sees the file as h5py sees it.
     assert refs["refindex"].get("pages"), "every index carries pages by default"
     assert_h5py_road_equal(path, refs)
+    if refs["refindex"]["pages"].get("in_file"):  # small: fetched whole by a reader; its pages as a larger file's
+        monkeypatch.setattr(_pages, "IN_FILE_MAX", -1)
+        carried = json.loads(json.dumps(refindex.scan(path, on_unsupported="skip")))
+        assert carried["refindex"]["pages"]["bytes"] > 0
+        assert_h5py_road_equal(path, carried)
 
 
 # xarray over the corpus (default decoding, against h5netcdf): tests/test_xarray.py.

@@ -169,11 +169,13 @@ def test_every_nwb_file_reads_through_h5py_file_as_from_the_file(nwb_files):
     assert linked >= 1  # the suite's linking.nwb
 
 
-def test_text_values_in_several_heap_collections_are_served_from_the_pages(tmp_path):
+def test_text_values_in_several_heap_collections_are_served_from_the_pages(tmp_path, monkeypatch):
     """A text array whose strings fill several global heap collections (an electrodes table's locations,
     which pynwb reads while it opens a file) is carried up to TEXT_MAX; numbers of the same size stay in
     the file (their values are in the index's chunks, and nobody reads them at open)."""
     from refindex.scanner import _pages
+
+    monkeypatch.setattr(_pages, "IN_FILE_MAX", -1)  # a small file: its pages as a larger file's
 
     path = tmp_path / "text.h5"
     words = [f"brain area {i} " * 6 for i in range(200)]  # ~17 KB of strings: five collections of 4 KiB
@@ -361,6 +363,86 @@ def test_a_changed_source_is_refused_before_any_page_is_served(site, tmp_path):
     assert all(r[2] is None for r in handler.log[start:]), "no byte of the file may be read"
     f = refindex.h5py_file(refs, check_source=False)  # on purpose: the caller's choice
     f.close()
+
+
+def _small_file(path: Path, title: str = "small") -> None:
+    """A file well under the size a reader fetches whole (``_pages.IN_FILE_MAX``): groups, attributes,
+    a chunked and a contiguous dataset, a link and references."""
+    with h5py.File(path, "w") as f:
+        f.attrs["title"] = title
+        g = f.create_group("group")
+        g.attrs["unit"] = "volts"
+        g.create_dataset("values", data=np.arange(200.0).reshape(20, 10), chunks=(5, 10), compression="gzip")
+        f.create_dataset("labels", data=np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype()))
+        f["alias"] = h5py.SoftLink("/group/values")
+        f.create_dataset("refs", data=[g.ref, f["labels"].ref], dtype=h5py.ref_dtype)
+
+
+@pytest.mark.parametrize("form", ["json", "parquet"])
+def test_a_small_file_is_fetched_whole_in_the_freshness_checks_round_trip(site, tmp_path, form):
+    """A file of at most IN_FILE_MAX bytes: its index carries none of its bytes (as small as without
+    pages), and an open reads the whole file beside the freshness check, side by side: no more round
+    trips than carried pages, and every read after it from memory."""
+    from refindex.scanner import _pages
+
+    folder, handler, base = site
+    _small_file(folder / "small.h5")
+    size = (folder / "small.h5").stat().st_size
+    assert size <= _pages.IN_FILE_MAX
+    if form == "json":
+        refs = refindex.scan(f"{base}/small.h5")
+        (folder / "small.h5.json").write_text(json.dumps(refs))
+        target = f"{base}/small.h5.json"
+        assert refs["refindex"]["pages"] == {"format": 1, "page_size": 1, "file_size": size, "bytes": 0,
+                                             "in_file": True, "external_links": 0, "reads_elsewhere": []}
+        without = refindex.scan(f"{base}/small.h5", pages=False)
+        assert len(json.dumps(refs)) - len(json.dumps(without)) < 150  # the pages' few fields, no bytes
+    else:
+        target = str(tmp_path / "small.parq")
+        refindex.scan_to_parquet(f"{base}/small.h5", target)
+    assert refindex.info(target)["pages"]["in_file"] is True
+    start = len(handler.log)
+    f = refindex.h5py_file(target)
+    try:
+        asked = sorted(r for r in handler.log[start:] if r[1] == "/small.h5")
+        assert asked == [("GET", "/small.h5", f"bytes=0-{size - 1}"), ("HEAD", "/small.h5", None)], asked
+        with h5py.File(folder / "small.h5", "r") as want:
+            assert assert_same_h5(want, f) == 5
+        s = stats(f)
+        assert s.reads > 0 and s.from_pages == s.reads and s.fetch.requests == 0
+    finally:
+        f.close()
+
+
+def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
+    folder, handler, base = site
+    _small_file(folder / "small_moving.h5")
+    refs = refindex.scan(f"{base}/small_moving.h5")
+    time.sleep(0.01)
+    _small_file(folder / "small_moving.h5", title="rewritten since it was indexed")
+    with pytest.raises(refindex.StaleIndexError, match="source changed"):
+        refindex.h5py_file(refs)
+    f = refindex.h5py_file(refs, check_source=False)  # the caller's choice: the file as it is now
+    try:
+        assert f.attrs["title"] == "rewritten since it was indexed"
+        assert stats(f).fetch.requests == 1  # the whole file, once (no check read it)
+    finally:
+        f.close()
+    with h5py.File(folder / "small_moving.h5", "a") as g:
+        g.create_dataset("extra", data=np.arange(1000))  # now another size: libhdf5 says so, naming the file
+    with pytest.raises(refindex.RefindexError, match="small_moving.h5.*truncated file"):
+        refindex.h5py_file(refs, check_source=False)
+
+
+def test_a_small_file_opens_on_the_fly(site):
+    folder, handler, base = site
+    _small_file(folder / "small_fly.h5")
+    f = refindex.h5py_file(f"{base}/small_fly.h5", cache=False)
+    try:
+        with h5py.File(folder / "small_fly.h5", "r") as want:
+            assert_same_h5(want, f)
+    finally:
+        f.close()
 
 
 def test_h5py_file_over_s3(tmp_path, nwb_files):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,10 @@ class Pages:
     when a read first needs it instead of one node per round trip.  ``extents``: for each
     array whose chunks lie in the scanned file, the first and last byte its chunks span, so a
     reader finds which array a data read belongs to without reading every chunk table.
+
+    ``in_file``: the bytes are not carried (``data`` is empty until a reader fetched them): the file
+    is small enough that a reader fetches all of it, ``[0, file_size)`` (the one span), in the round
+    trip of its freshness check.
     """
 
     page_size: int
@@ -35,8 +39,13 @@ class Pages:
     # inline chunk (small datasets copied in; the global heap objects holding an NWB file's cached
     # specifications, which the index copies in too).
     holes: list[tuple[int, int, str, str, int]] = field(default_factory=list)
+    in_file: bool = False
     encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
+
+    def fetched(self, data: bytes) -> "Pages":
+        """These in-file pages with the file's bytes, as a reader fetched them."""
+        return replace(self, data=data, encoded=None)

@@ -107,15 +107,19 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
 
 def pages_summary(doc: Any) -> dict[str, Any] | None:
     """What the index carries for the h5py road (None: no pages): the file's bytes it holds, what they
-    take in the index, and the chunk indexes left out (fetched whole when a read first needs one)."""
+    take in the index, and the chunk indexes left out (fetched whole when a read first needs one);
+    ``in_file``: none, the file is small enough to be fetched whole when it is opened."""
     if not isinstance(doc, dict):
         return None
     if "object" in doc:  # an Icechunk repository: an object of its own, named by the commit
         return {"stored_bytes": doc.get("bytes"), "object": doc.get("object")}
     from ..writers import encoded_size
 
-    return {"bytes": doc.get("bytes"), "stored_bytes": encoded_size(doc), "page_size": doc.get("page_size"),
-            "chunk_indexes_left_out": len(doc.get("index_ranges") or {})}
+    out = {"bytes": doc.get("bytes"), "stored_bytes": encoded_size(doc), "page_size": doc.get("page_size"),
+           "chunk_indexes_left_out": len(doc.get("index_ranges") or {})}
+    if doc.get("in_file"):  # a small file: fetched whole with the freshness check instead
+        out["in_file"] = True
+    return out
 
 
 def _icechunk_info(ic: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from ..gcpause import held_collections
 from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
-from ._open import ReadOptions, declared_of, index_location, index_store, prepare_unchecked, store_of
+from ._open import ReadOptions, SourceCheck, declared_of, index_location, index_store, prepare_unchecked, store_of
 from ._store import IndexStore
 from ._urlcheck import declared_sources, untrusted
 from ._urlpolicy import UrlPolicy
@@ -713,7 +713,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
                                scan_missing=scan_missing)
 
 
-def _read_zarr_road(refs: Any, loaded: Any, opts: ReadOptions, check: Callable[[], None], *, read_ahead: int,
+def _read_zarr_road(refs: Any, loaded: Any, opts: ReadOptions, check: SourceCheck, *, read_ahead: int,
                     trust: bool, external: dict[str, Any] | None, scan_missing: bool) -> Any:
     """hdmf-zarr over a JSON or parquet index: the first chunks read ahead while the source is checked."""
     store = store_of(loaded, opts)

@@ -12,13 +12,24 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from ..model import RefsDocument
 from ._load import load_index, load_refs, parquet_metadata, zarr_format_of
 from ._names import CacheSetting
 from ._repository import named_otherwise
 from ._urlpolicy import UrlPolicy
+
+
+Span = tuple[int, int]
+
+
+class SourceCheck(Protocol):
+    """The check of an index against its source, run before anything read through the index is handed
+    out: raises :class:`~refindex.errors.StaleIndexError`, or returns the bytes of ``also`` it read in
+    the same round trip (none when nothing was checked: an index made just now, ``check_source=False``)."""
+
+    def __call__(self, also: Sequence[Span] = ()) -> dict[Span, bytes]: ...
 
 
 @dataclass
@@ -71,7 +82,7 @@ def prepare(refs: Any, opts: ReadOptions) -> tuple[Any, ReadOptions]:
 
 
 def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None] | None = None,
-                      fetched: Future | None = None) -> tuple[Any, ReadOptions, Callable[[], None]]:
+                      fetched: Future | None = None) -> tuple[Any, ReadOptions, SourceCheck]:
     """(the index of ``refs``, the options to read it with, the check of the index against its
     source): a caller may start reading while the check's round trip runs, as long as it
     calls the check before it hands anything out.
@@ -98,11 +109,13 @@ def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None
     if fresh and opts.storage_options and opts.remote_options is None:
         opts = replace(opts, remote_options=opts.storage_options)
 
-    def check() -> None:
+    def check(also: Sequence[Span] = ()) -> dict[Span, bytes]:
         if opts.check_source and not fresh:
             from .freshness import check_source
 
-            check_source(declared_of(loaded, opts), storage_options=opts.remote_options)
+            found = check_source(declared_of(loaded, opts), storage_options=opts.remote_options, also=also)
+            return found.fetched if found is not None else {}
+        return {}
 
     return loaded, opts, check
 

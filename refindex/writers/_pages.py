@@ -17,6 +17,11 @@ The document::
      "external_links": number of links into other files,
      "reads_elsewhere": ["/virtual dataset with sources in other files", ...]}
 
+or, for a file small enough to be fetched whole by a reader (``Pages.in_file``), no bytes::
+
+    {"format": 1, "page_size": 1, "file_size": N, "bytes": 0, "in_file": true,
+     "external_links": ..., "reads_elsewhere": [...]}
+
 A JSON index holds its inline chunks itself, so its pages leave out the bytes equal to an
 item of one of them (``holes``: an NWB file's cached specifications, most of a small NWB
 file's pages) and a reader takes them from the chunk; parquet and Icechunk indexes keep
@@ -109,6 +114,9 @@ def _position(pages: Pages, at: np.ndarray, offset: int) -> int:
 
 
 def _document(pages: Pages, holes: list[tuple[int, int, str, str, int]]) -> dict[str, Any]:
+    if pages.in_file:
+        return {"format": PAGES_FORMAT, "page_size": pages.page_size, "file_size": pages.file_size, "bytes": 0,
+                "in_file": True, "external_links": pages.external_links, "reads_elsewhere": list(pages.reads_elsewhere)}
     data = pages.data
     if holes:
         at = _offsets(pages)
@@ -145,6 +153,11 @@ def pages_of_document(doc: Any, *, file: str | None = None, inline: InlineBytes 
     try:
         if doc.get("format") != PAGES_FORMAT:
             raise ValueError(f"pages format {doc.get('format')!r} is not {PAGES_FORMAT}")
+        if doc.get("in_file"):
+            size = int(doc["file_size"])
+            return Pages(int(doc["page_size"]), size, np.zeros(1, np.int64), np.full(1, size, np.int64), b"",
+                         external_links=int(doc.get("external_links") or 0),
+                         reads_elsewhere=list(doc.get("reads_elsewhere") or []), in_file=True)
         starts, ends = decode_spans(doc["spans"])
         data = zlib.decompress(base64.standard_b64decode(doc["data"]))
         if doc.get("holes"):

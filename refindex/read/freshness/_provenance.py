@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from ._check import Freshness, check_fresh
+from ._check import Freshness, Span, check_fresh
 
 CHECKED_FIELDS = ("size", "etag", "version", "mtime", "fingerprint")
 
@@ -19,15 +19,16 @@ def recorded_source(refs: Any) -> dict[str, Any] | None:
     return src
 
 
-def check_source(refs: Any, *, source: str | None = None, storage_options: dict[str, Any] | None = None
-                 ) -> Freshness | None:
+def check_source(refs: Any, *, source: str | None = None, storage_options: dict[str, Any] | None = None,
+                 also: Sequence[Span] = ()) -> Freshness | None:
     """Raise :class:`~refindex.errors.StaleIndexError` if the source of ``refs`` changed since it was indexed.
 
     ``source``: where to look (default: the URL the index points at; another copy of the
     file must have the same size and bytes).  None (nothing checked) for indexes without
-    provenance (made by other tools).
+    provenance (made by other tools).  ``also``: byte ranges to read in the same round trip
+    (:attr:`Freshness.fetched`).
     """
     recorded = recorded_source(refs)
     if recorded is None:
         return None
-    return check_fresh(recorded, storage_options, url=None if source is None else str(source))
+    return check_fresh(recorded, storage_options, url=None if source is None else str(source), also=also)

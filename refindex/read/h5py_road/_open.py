@@ -22,7 +22,7 @@ from ...source import RangeFetcher
 from ...writers import InlineBytes, pages_of_document
 from .._load import parquet_metadata
 from .._names import CacheSetting
-from .._open import ReadOptions, opened_icechunk, prepare_unchecked
+from .._open import ReadOptions, SourceCheck, Span, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
 from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
 
@@ -52,7 +52,7 @@ class Prepared:
     options: dict[str, Any]
     label: str
     own: str | None
-    check: Callable[[], None]  # the freshness check, run before any page is served
+    check: SourceCheck  # the freshness check, run before any page is served
     loaded: Any = None  # the index as read_options' reader has it (zarr road)
     read_options: ReadOptions | None = None
     icechunk: Any = None
@@ -71,12 +71,25 @@ class Prepared:
 
     def road(self) -> Road:
         """The road, once the freshness check passed.  The check's round trip runs in a thread
-        while the pages are decoded: nothing is served before it has passed."""
+        while the pages are decoded: nothing is served before it has passed.  Pages kept in the
+        file (a small file) are the whole file, read in the check's round trip."""
+        whole = _whole_file(self.pages_doc)
+        if whole is not None:
+            fetched = self.check(also=[whole])
+            return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own, self.inline,
+                         fetched.get(whole))
         return _checked_beside(self.check, lambda: _road(self.prov, self.pages_doc, self.loader, self.options,
                                                            self.label, self.own, self.inline))
 
 
-def _checked_beside(check: Callable[[], None], work: Callable[[], Road]) -> Road:
+def _whole_file(doc: Any) -> Span | None:
+    """The span of a file whose pages a reader fetches whole (``Pages.in_file``), else None."""
+    if isinstance(doc, dict) and doc.get("in_file") and isinstance(doc.get("file_size"), int):
+        return 0, doc["file_size"]
+    return None
+
+
+def _checked_beside(check: SourceCheck, work: Callable[[], Road]) -> Road:
     """``work()`` once ``check()`` has passed, the two side by side (the check's error first: a
     changed source explains an index that no longer decodes)."""
     import threading
@@ -109,6 +122,8 @@ def open_road(road: Road) -> Any:
     import h5py
 
     fetcher = RangeFetcher(road.url, road.options)
+    if road.pages is not None and road.pages.in_file and len(road.pages.data) != road.size:
+        road.pages = road.pages.fetched(_whole(fetcher, road.url, road.size))  # not read by the check (not asked)
     chunks = ChunkMap(road.pages.extents if road.pages is not None else {}, road.loader)
     fh = IndexedFile(road.url, road.size, road.pages, fetcher, chunks)
     try:
@@ -145,7 +160,7 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
         named = record.get("pages")
         doc = read_pages(ic.repository, ic.storage_options, named) if named else None
         so = ic.source_options if ic.source_options is not None else (ic.storage_options or {})
-        return Prepared(record, doc, None, so, ic.label, None, lambda: None, icechunk=ic)
+        return Prepared(record, doc, None, so, ic.label, None, lambda also=(): {}, icechunk=ic)
     opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
                           cache=cache, allowed_urls=allowed_urls, trust=trust)
     loaded, opts, check = prepare_unchecked(target, opts, accept=accept, fetched=fetched)
@@ -158,11 +173,13 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
                         loaded, opts, inline=json_inline_items(loaded))
     prov = parquet_metadata(loaded, opts.storage_options).get("refindex") or {}
 
-    def fresh() -> None:  # a parquet index keeps its provenance in .zmetadata
+    def fresh(also: Sequence[Span] = ()) -> dict[Span, bytes]:  # a parquet index keeps its provenance in .zmetadata
         if check_source:
             from ..freshness import check_source as check_against  # refindex.read.check_source
 
-            check_against({"refindex": prov}, storage_options=opts.remote_options)
+            found = check_against({"refindex": prov}, storage_options=opts.remote_options, also=also)
+            return found.fetched if found is not None else {}
+        return {}
 
     own = (prov.get("templates") or {}).get("u") or (prov.get("source") or {}).get("url")
     return Prepared(prov, prov.get("pages"), parquet_loader(loaded, opts.storage_options, own) if own else None, so,
@@ -170,7 +187,7 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
 
 
 def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: dict[str, Any], label: str,
-          own: str | None = None, inline: InlineBytes | None = None) -> Road:
+          own: str | None = None, inline: InlineBytes | None = None, whole: bytes | None = None) -> Road:
     source = prov.get("source") or {}
     url = own or source.get("url")
     if not url:
@@ -181,6 +198,8 @@ def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: d
     if size is None:
         size = pages.file_size if pages is not None else _size_of(url, options)
     check_size(url, int(size), pages)
+    if pages is not None and pages.in_file and whole is not None and len(whole) == pages.file_size:
+        pages = pages.fetched(whole)
     return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options)
 
 
@@ -221,6 +240,14 @@ def json_inline_items(refs: dict[str, Any]) -> InlineBytes:
         return items[item] if items is not None and item < len(items) else None
 
     return inline
+
+
+def _whole(fetcher: RangeFetcher, url: str, size: int) -> bytes:
+    """All of a small file (its pages kept in it), which must still be ``size`` bytes long."""
+    data = fetcher.fetch([(0, size)])[0] if size else b""
+    if len(data) != size:
+        raise RefindexError(f"the file is {len(data)} bytes long, not the {size} its index describes", file=url)
+    return data
 
 
 def _size_of(url: str, options: dict[str, Any]) -> int:
