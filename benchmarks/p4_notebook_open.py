@@ -372,6 +372,69 @@ def child_scan(path: str, pages: str) -> dict[str, Any]:
 
 CHILDREN["scan"] = child_scan
 
+PAGES_GOAL = 1.3  # index size with pages at most this multiple of the index without (issue #23)
+
+
+def corpus_pages_section(timeout: float) -> list[str]:
+    """Index size with and without pages over the test corpus, by project (sizes do not vary: one run)."""
+    res = run_child(os.path.abspath(__file__), "corpus-pages", [], timeout)
+    if not _ok(res):
+        return [f"(corpus pages: {res.get('error') or res.get('status')})", ""]
+    if not res["files"]:
+        return ["(corpus pages: no corpus here; tests/corpus.py says where it is looked for)", ""]
+    by: dict[str, list[int]] = {}
+    for rel, (without, with_pages, in_file) in res["files"].items():
+        counts = by.setdefault(rel.split("/")[0], [0, 0, 0, 0])
+        counts[0] += 1
+        counts[1] += without
+        counts[2] += with_pages
+        counts[3] += in_file
+    rows = [[project, n, in_file, without, with_pages, f"{with_pages / without:.3f}x",
+             verdict(with_pages <= PAGES_GOAL * without)]
+            for project, (n, without, with_pages, in_file) in sorted(by.items(), key=lambda kv: -kv[1][2] / kv[1][1])]
+    total = [sum(v[i] for v in by.values()) for i in range(4)]
+    rows.append(["all", total[0], total[3], total[1], total[2], f"{total[2] / total[1]:.3f}x",
+                 verdict(total[2] <= PAGES_GOAL * total[1])])
+    return ["#### The pages over the test corpus, by project (v2 JSON index bytes)", "",
+            f"Every HDF5 file of the corpus scanned with and without pages (goal: with <= {PAGES_GOAL}x without). "
+            "'fetched whole': files small enough that their index carries none of their bytes and a reader "
+            "fetches the file in its freshness check's round trip instead.", "",
+            table(["project", "files", "fetched whole", "index bytes without pages", "with pages", "ratio",
+                   f"<= {PAGES_GOAL}x"], rows), ""]
+
+
+def child_corpus_pages() -> dict[str, Any]:
+    """Every corpus file's JSON index size with and without pages; whether its pages are fetched whole."""
+    import json
+    import tempfile
+    import warnings
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    from corpus import CORPUS, manifest_rows
+
+    import refindex
+
+    out: dict[str, list[int]] = {}
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for row in manifest_rows():
+            path = CORPUS / row["relpath"]
+            sizes = []
+            try:
+                for pages in (False, True):
+                    target = os.path.join(tmp, "index.json")
+                    refindex.scan_to_file(str(path), target, pages=pages, on_unsupported="skip")
+                    sizes.append(os.path.getsize(target))
+            except refindex.RefindexError:  # not HDF5 (the corpus holds a few on purpose), or unreadable
+                continue
+            with open(target) as fh:
+                in_file = bool(json.load(fh)["refindex"]["pages"].get("in_file"))
+            out[row["relpath"]] = [*sizes, int(in_file)]
+    return {"files": out}
+
+
+CHILDREN["corpus-pages"] = child_corpus_pages
+
 
 def run(a: argparse.Namespace) -> str:
     from datafiles import OUT, nwb, nwb_many_objects
@@ -392,6 +455,7 @@ def run(a: argparse.Namespace) -> str:
     for title, path, res in results:
         txt += file_section(title, path, res)
     txt += pages_section([path for _, path, _ in results], a.repeat, a.timeout)
+    txt += corpus_pages_section(a.timeout)
     return "\n".join(txt)
 
 
