@@ -434,6 +434,26 @@ def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
         refindex.h5py_file(refs, check_source=False)
 
 
+def test_in_file_pages_not_fetched_yet_serve_nothing(tmp_path):
+    """Pages of a small file before its bytes came (no check read them) hold no bytes: a read goes to the
+    file, never to an empty page."""
+    from refindex.model import Pages
+    from refindex.read.h5py_road import IndexedFile, PageMap
+    from refindex.source import RangeFetcher
+
+    path = tmp_path / "small.h5"
+    _small_file(path)
+    size = path.stat().st_size
+    pages = Pages(1, size, np.zeros(1, np.int64), np.full(1, size, np.int64), b"", in_file=True)
+    assert PageMap(pages).get(0, 8) is None
+    assert bytes(PageMap(pages.fetched(path.read_bytes())).get(0, 8)) == path.read_bytes()[:8]
+    fh = IndexedFile(str(path), size, pages, RangeFetcher(str(path), {}))
+    try:
+        assert bytes(fh.read_range(0, 8)) == path.read_bytes()[:8] and fh.stats.from_source == 1
+    finally:
+        fh.close()
+
+
 def test_a_small_file_opens_on_the_fly(site):
     folder, handler, base = site
     _small_file(folder / "small_fly.h5")

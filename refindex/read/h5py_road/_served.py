@@ -16,7 +16,8 @@ class PageMap:
 
     def __init__(self, pages: Pages | None):
         self.pages = pages
-        if pages is None:
+        if pages is None or len(pages.data) != int((pages.ends - pages.starts).sum()):  # in-file, not fetched
+            self.pages = None
             self.starts: list[int] = []
             self.ends: list[int] = []
             self.at: list[int] = []
