@@ -5,9 +5,10 @@
 size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole seconds, as HTTP
 dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
 answer back (a slow server); ``idle`` closes a kept connection that waits longer than that for
-its next request (as nginx and object stores do); ``server.requests`` logs (method, path, Range).  A name can
-also be answered with a redirect (``server.redirects``), an error status (``server.statuses``)
-or a body stored gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``).
+its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a certificate of
+:func:`self_signed`); ``server.requests`` logs (method, path, Range).  A name can also be answered
+with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
+gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``).
 """
 
 from __future__ import annotations
@@ -114,14 +115,51 @@ class LoopbackHTTPServer(http.server.ThreadingHTTPServer):
     #                            it retries them 1, 3, 7 s later, and a test takes seconds for nothing)
 
 
+def self_signed(folder: str) -> tuple[str, str]:
+    """(certificate, key) files of a certificate for 127.0.0.1 signed by itself: a client trusts it
+    with ``SSL_CERT_FILE`` set to the certificate."""
+    import datetime
+    import ipaddress
+    import os
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    with open(cert_file, "wb") as fh:
+        fh.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_file, "wb") as fh:
+        fh.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()))
+    return cert_file, key_file
+
+
 @contextlib.contextmanager
 def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
-          delay: float = 0.0, idle: float | None = None) -> Iterator[Server]:
-    """A running server on 127.0.0.1 (stopped on exit)."""
+          delay: float = 0.0, idle: float | None = None, tls: tuple[str, str] | None = None) -> Iterator[Server]:
+    """A running server on 127.0.0.1 (stopped on exit); ``tls``: (certificate, key) files, for HTTPS
+    (:func:`self_signed`)."""
     server = Server(base="")
     httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay, idle))
     httpd.daemon_threads = True
-    server.base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    if tls is not None:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    server.base = f"{'https' if tls else 'http'}://127.0.0.1:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
