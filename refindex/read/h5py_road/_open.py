@@ -163,6 +163,8 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
         return Prepared(record, doc, None, so, ic.label, None, lambda also=(): {}, icechunk=ic)
     opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
                           cache=cache, allowed_urls=allowed_urls, trust=trust)
+    if fetched is not None and check_source:  # the freshness check's modules load while the index travels
+        from .. import freshness  # noqa: F401
     loaded, opts, check = prepare_unchecked(target, opts, accept=accept, fetched=fetched)
     so = dict(opts.remote_options if opts.remote_options is not None else opts.storage_options or {})
     label = "index" if isinstance(target, dict) else os.fspath(target)
