@@ -483,6 +483,17 @@ def test_h5py_file_over_s3(tmp_path, nwb_files):
             io.close()
             hio.close()
             f.close()
+        _small_file(tmp_path / "small.h5")  # fetched whole beside the freshness check, through s3fs
+        fs.put(str(tmp_path / "small.h5"), "road/small.h5")
+        refs = refindex.scan("s3://road/small.h5", storage_options=so)
+        assert refs["refindex"]["pages"].get("in_file")
+        f = refindex.h5py_file(refs, remote_options=so)
+        try:
+            with h5py.File(tmp_path / "small.h5", "r") as want_small:
+                assert assert_same_h5(want_small, f) == 5
+            assert stats(f).fetch.requests == 0  # every read from the bytes the check brought
+        finally:
+            f.close()
 
 
 # ---------------------------------------------------------------- garbage collection during an open
