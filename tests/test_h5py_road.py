@@ -285,6 +285,14 @@ def test_icechunk_index_carries_the_pages_beside_its_commits(tmp_path, collect_i
             assert stats(f).from_pages > 0
         finally:
             f.close()
+    _small_file(tmp_path / "small.h5")  # no bytes in its pages: the file is read whole when it opens
+    refindex.scan_to_icechunk(str(tmp_path / "small.h5"), str(repo), group="files/small")
+    f = refindex.h5py_file(str(repo), group="files/small")
+    with h5py.File(tmp_path / "small.h5", "r") as want:
+        try:
+            assert assert_same_h5(want, f) == 5 and stats(f).from_source == 0
+        finally:
+            f.close()
 
 
 # ---------------------------------------------------------------- remote
