@@ -23,7 +23,7 @@ _WHERE = {
     "HDF5_SIGNATURE": "_open", "Source": "_open", "describe": "_open", "file_info": "_open",
     "has_hdf5_signature": "_open", "open_source": "_open", "info_with_ranges": "_open", "one_round_trip": "_open",
     "stat": "_open",
-    "filesystem_of": "_quick", "quick_filesystem": "_quick", "request_ahead": "_quick",
+    "filesystem_of": "_quick", "in_thread": "_quick", "quick_filesystem": "_quick", "request_ahead": "_quick",
     "retried_in_thread": "_quick", "taken_ahead": "_quick",
     "prefetch_tree": "_prefetch",
     "INDEX_PREFIX": "_record", "META": "_record", "LocalFile": "_record", "ReadRecorder": "_record",

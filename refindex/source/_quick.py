@@ -45,19 +45,24 @@ def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) ->
     return fs, url
 
 
-def retried_in_thread(name: str, call: Callable[..., Any], *args: Any) -> Future:
-    """``call(*args)`` with retries, started now in a thread of its own: its result or its error
-    (raised by whoever takes it, as the call would have raised)."""
+def in_thread(name: str, call: Callable[..., Any], *args: Any) -> Future:
+    """``call(*args)`` started now in a thread of its own: its result or its error (raised by
+    whoever takes it, as the call would have raised)."""
     future: Future = Future()
 
     def run() -> None:
         try:
-            future.set_result(with_retries(call, *args))
+            future.set_result(call(*args))
         except BaseException as e:  # noqa: BLE001 - raised by the taker
             future.set_exception(e)
 
     threading.Thread(target=run, name=name, daemon=True).start()
     return future
+
+
+def retried_in_thread(name: str, call: Callable[..., Any], *args: Any) -> Future:
+    """:func:`in_thread` of ``call(*args)`` with retries."""
+    return in_thread(name, with_retries, call, *args)
 
 
 _AHEAD: dict[tuple[Any, str, tuple], Future] = {}

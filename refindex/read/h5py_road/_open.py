@@ -18,7 +18,7 @@ from typing import Any
 from ... import urls
 from ...errors import RefindexError, RefindexWarning
 from ...model import V3_KEYS, Pages, key_of
-from ...source import RangeFetcher
+from ...source import RangeFetcher, in_thread
 from ...writers import InlineBytes, pages_of_document
 from .._load import parquet_metadata
 from .._names import CacheSetting
@@ -92,28 +92,14 @@ def _whole_file(doc: Any) -> Span | None:
 def _checked_beside(check: SourceCheck, work: Callable[[], Road]) -> Road:
     """``work()`` once ``check()`` has passed, the two side by side (the check's error first: a
     changed source explains an index that no longer decodes)."""
-    import threading
-
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            check()
-        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread below
-            failed.append(e)
-
-    thread = threading.Thread(target=run, name="refindex-check", daemon=True)
-    thread.start()
+    checked = in_thread("refindex-check", check)  # (the check retries by itself)
     try:
         out = work()
     except BaseException:
-        thread.join()
-        if failed:
-            raise failed[0] from None
+        if checked.exception() is not None:
+            raise checked.exception() from None
         raise
-    thread.join()
-    if failed:
-        raise failed[0]
+    checked.result()
     return out
 
 
