@@ -452,7 +452,7 @@ def test_in_file_pages_not_fetched_yet_serve_nothing(tmp_path):
     path = tmp_path / "small.h5"
     _small_file(path)
     size = path.stat().st_size
-    pages = Pages(1, size, np.zeros(1, np.int64), np.full(1, size, np.int64), b"", in_file=True)
+    pages = Pages.kept_in_file(1, size, 0, [])
     assert PageMap(pages).get(0, 8) is None
     assert bytes(PageMap(pages.fetched(path.read_bytes())).get(0, 8)) == path.read_bytes()[:8]
     fh = IndexedFile(str(path), size, pages, RangeFetcher(str(path), {}))

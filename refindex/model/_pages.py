@@ -42,6 +42,13 @@ class Pages:
     in_file: bool = False
     encoded: dict[str, Any] | None = field(default=None, repr=False, compare=False)  # JSON form, made once
 
+    @classmethod
+    def kept_in_file(cls, page_size: int, file_size: int, external_links: int,
+                     reads_elsewhere: list[str]) -> "Pages":
+        """Pages of a file a reader fetches whole (``in_file``): the one span, no bytes yet."""
+        return cls(page_size, file_size, np.zeros(1, np.int64), np.full(1, file_size, np.int64), b"",
+                   external_links=external_links, reads_elsewhere=reads_elsewhere, in_file=True)
+
     @property
     def nbytes(self) -> int:
         return len(self.data)

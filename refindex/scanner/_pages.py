@@ -108,9 +108,7 @@ def choose_pages(recorder: ReadRecorder, file_size: int, read: ReadSpans, tree: 
     page = recorder.page_size
     external = sum(1 for link in tree.links if link.kind == "external")
     if file_size <= IN_FILE_MAX:
-        whole = np.zeros(1, np.int64), np.full(1, file_size, np.int64)
-        return Pages(page, file_size, *whole, b"", external_links=external,
-                     reads_elsewhere=sorted(tree.reads_elsewhere), in_file=True)
+        return Pages.kept_in_file(page, file_size, external, sorted(tree.reads_elsewhere))
     keep_s: list[np.ndarray] = []
     keep_e: list[np.ndarray] = []
     left_out: dict[str, tuple[np.ndarray, np.ndarray]] = {}

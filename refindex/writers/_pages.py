@@ -154,10 +154,8 @@ def pages_of_document(doc: Any, *, file: str | None = None, inline: InlineBytes 
         if doc.get("format") != PAGES_FORMAT:
             raise ValueError(f"pages format {doc.get('format')!r} is not {PAGES_FORMAT}")
         if doc.get("in_file"):
-            size = int(doc["file_size"])
-            return Pages(int(doc["page_size"]), size, np.zeros(1, np.int64), np.full(1, size, np.int64), b"",
-                         external_links=int(doc.get("external_links") or 0),
-                         reads_elsewhere=list(doc.get("reads_elsewhere") or []), in_file=True)
+            return Pages.kept_in_file(int(doc["page_size"]), int(doc["file_size"]),
+                                      int(doc.get("external_links") or 0), list(doc.get("reads_elsewhere") or []))
         starts, ends = decode_spans(doc["spans"])
         data = zlib.decompress(base64.standard_b64decode(doc["data"]))
         if doc.get("holes"):
