@@ -178,6 +178,8 @@ class _Ranges(http.server.BaseHTTPRequestHandler):
             data, status = data[start:end], 206
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{min(end, len(cls.data)) - 1}/{len(cls.data)}")
         self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
         if not head:

@@ -50,7 +50,7 @@ class Server:
 
 
 def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, delay: float,
-             idle: float | None = None) -> type:
+             idle: float | None = None, content_range: bool = True) -> type:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = idle  # seconds a kept connection may wait for its next request before the server closes it
@@ -77,16 +77,18 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            data, status = served.data, 200
+            data, status, part = served.data, 200, None
             if ranges and rng and rng.startswith("bytes="):
                 a, _, b = rng[6:].partition("-")
                 if a:
                     start, end = int(a), min(len(data), int(b) + 1 if b else len(data))
                 else:  # a suffix range: the last b bytes
                     start, end = max(0, len(data) - int(b)), len(data)
-                data, status = data[start:end], 206
+                data, status, part = data[start:end], 206, f"bytes {start}-{end - 1}/{len(data)}"
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
+            if part and content_range:
+                self.send_header("Content-Range", part)
             if ranges:
                 self.send_header("Accept-Ranges", "bytes")
             if etag:
@@ -146,12 +148,14 @@ def self_signed(folder: str) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
+def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True, content_range: bool = True,
           delay: float = 0.0, idle: float | None = None, tls: tuple[str, str] | None = None) -> Iterator[Server]:
     """A running server on 127.0.0.1 (stopped on exit); ``tls``: (certificate, key) files, for HTTPS
-    (:func:`self_signed`)."""
+    (:func:`self_signed`); ``content_range=False``: a part is sent without saying where it lies in
+    the file or how long the file is (a server that breaks HTTP's rule)."""
     server = Server(base="")
-    httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay, idle))
+    httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay, idle,
+                                                                   content_range))
     httpd.daemon_threads = True
     if tls is not None:
         import ssl

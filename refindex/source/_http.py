@@ -11,7 +11,9 @@ chunk index, thousands of nodes) is handed to fsspec's event loop (:meth:`QuickH
 It answers as fsspec's HTTP filesystem does, so callers need not know which one they have:
 ``info`` tries HEAD then GET and reports ``size``, ``ETag``, ``Last-Modified``, the final
 ``url``; a 404 is ``FileNotFoundError``; redirects are followed; a server that ignores Range
-sends the whole file (callers cut it, :func:`~refindex.source.ranged`).  It is used only
+sends the whole file (callers cut it, :func:`~refindex.source.ranged`).  Where the size and
+validators are wanted with some bytes (a scan's first round trip, a freshness check that reads
+a small file whole), the ranges' own answers give them: no HEAD beside them.  It is used only
 for storage options it honours (:data:`HONOURED`: ``headers``, and options that only shape
 fsspec's caching); anything else (``client_kwargs``: auth, timeouts, proxies) goes to fsspec.
 """
@@ -23,7 +25,7 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
 
 HONOURED = frozenset({"headers", "block_size", "cache_type", "cache_options", "simple_links", "same_scheme",
@@ -38,6 +40,15 @@ MAX_REDIRECTS = 10
 TIMEOUT = 60.0  # seconds without a byte from the server: the request fails (and is retried as transient)
 SAFE_PATH = "/%:@!$&'()*+,;=-._~"
 SAFE_QUERY = SAFE_PATH + "?"
+
+
+class Answer(NamedTuple):
+    """A server's answer to one request (after redirects)."""
+
+    headers: http.client.HTTPMessage
+    body: bytes
+    url: str  # where it was found
+    status: int
 
 
 class HTTPStatusError(OSError):
@@ -82,7 +93,8 @@ class QuickHTTP:
         out: dict[str, Any] = {}
         for method in ("HEAD", "GET"):
             try:
-                headers, _body, final = self._request(method, url, {"Accept-Encoding": "identity"}, body=False)
+                headers, _body, final, _status = self._request(method, url, {"Accept-Encoding": "identity"},
+                                                               body=False)
                 out.update(_described(headers, final))
                 if out.get("size") is not None:
                     break
@@ -109,8 +121,7 @@ class QuickHTTP:
         if start is not None or end is not None:
             if start == end:
                 return b""
-            extra["Range"] = _range(start, end)
-            extra["Accept-Encoding"] = "identity"
+            return self._part(url, start, end)[1]
         return self._request("GET", url, extra)[1]
 
     def for_many(self, n: int, nbytes: int = 0) -> Any:
@@ -148,12 +159,26 @@ class QuickHTTP:
 
     def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]]) -> list[Any]:
         """``[info, bytes of each span...]`` in one round trip (a failed range: its exception; a
-        negative start without an end: the file's last bytes)."""
-        info = self._threads().submit(self.info, url)
-        datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans], on_error="return")
-        return [info.result(), *datas]
+        negative start without an end: the file's last bytes).  The info is read off the ranges'
+        own answers, which carry what a HEAD would (the size in ``Content-Range``, the validators):
+        one request fewer; a HEAD follows only when none of them tells the size."""
+        def one(span: tuple[int, int | None]) -> Any:
+            try:
+                return self._part(url, *span)
+            except Exception as e:  # noqa: BLE001 - returned in its place, as cat_ranges(on_error="return")
+                return e
+
+        answers = list(self._threads().map(one, spans)) if len(spans) > 1 else [one(s) for s in spans]
+        info = next((i for i in (_part_info(a) for a in answers if isinstance(a, Answer))
+                     if i.get("size") is not None), None)
+        return [info or self.info(url), *(a.body if isinstance(a, Answer) else a for a in answers)]
 
     # ---------------------------------------------------------------- requests
+    def _part(self, url: str, start: int | None, end: int | None) -> Answer:
+        """The answer to one range."""
+        extra = {"Range": _range(start, end), "Accept-Encoding": "identity"}
+        return self._request("GET", url, extra)
+
     def _threads(self) -> ThreadPoolExecutor:
         self._after_fork()
         with self._lock:
@@ -167,9 +192,8 @@ class QuickHTTP:
         if os.getpid() != self._pid:
             self._pid, self._idle, self._pool, self._lock = os.getpid(), {}, None, threading.Lock()
 
-    def _request(self, method: str, url: str, extra: dict[str, str],
-                 body: bool = True) -> tuple[http.client.HTTPMessage, bytes, str]:
-        """(headers, body, final URL) of ``method url``, redirects followed; errors raised as fsspec's."""
+    def _request(self, method: str, url: str, extra: dict[str, str], body: bool = True) -> Answer:
+        """The answer to ``method url``, redirects followed; errors raised as fsspec's."""
         headers = {**self.headers, **extra}
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
@@ -191,10 +215,10 @@ class QuickHTTP:
                 raise HTTPStatusError(status, url, resp.reason)
             if not body and method == "GET":  # headers were all that was asked: the body is not read
                 conn.close()
-                return resp.headers, b"", url
+                return Answer(resp.headers, b"", url, status)
             data = resp.read()
             self._release(parts, conn, resp)
-            return resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url
+            return Answer(resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url, status)
         raise HTTPStatusError(310, url, f"more than {MAX_REDIRECTS} redirects")
 
     def _send(self, method: str, parts: Any, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
@@ -291,6 +315,18 @@ def _described(headers: http.client.HTTPMessage, url: str) -> dict[str, Any]:
     for name in ("ETag", "Content-MD5", "Digest", "Last-Modified"):
         if headers.get(name):
             out[name] = headers[name]
+    return out
+
+
+def _part_info(answer: Answer) -> dict[str, Any]:
+    """:meth:`QuickHTTP.info` from a range's answer: the file's size is the total in its
+    ``Content-Range`` (none when the server does not say it); a server that ignored Range sent
+    the whole file (200), whose length is the size.  A part's own ``Content-MD5`` is left out."""
+    out = {"name": answer.url, "size": None, **_described(answer.headers, answer.url), "type": "file"}
+    out.pop("Content-MD5", None)
+    if answer.status != 200:
+        total = (answer.headers.get("Content-Range") or "").rpartition("/")[2].strip()
+        out["size"] = int(total) if total.isdigit() else None
     return out
 
 
