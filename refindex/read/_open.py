@@ -120,6 +120,14 @@ def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None
     return loaded, opts, check
 
 
+def load_judges(check_source: bool) -> None:
+    """Load what judges an index (the policy for its URLs; its freshness check when
+    ``check_source``), so a caller can do it while the index is on its way."""
+    from ._urlcheck import check_refs  # noqa: F401
+    if check_source:
+        from . import freshness  # noqa: F401
+
+
 def check_index(loaded: Any, opts: ReadOptions) -> bool:
     """Refuse (``UntrustedReference``) an index naming a URL its options' policy refuses (its
     provenance source only when ``opts.check_source``: it is not asked otherwise).

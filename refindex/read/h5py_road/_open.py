@@ -22,7 +22,7 @@ from ...source import RangeFetcher, in_thread
 from ...writers import InlineBytes, pages_of_document
 from .._load import parquet_metadata
 from .._names import CacheSetting
-from .._open import ReadOptions, SourceCheck, Span, opened_icechunk, prepare_unchecked
+from .._open import ReadOptions, SourceCheck, Span, load_judges, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
 from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
 
@@ -149,8 +149,8 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
         return Prepared(record, doc, None, so, ic.label, None, lambda also=(): {}, icechunk=ic)
     opts = ReadOptions.of(storage_options=storage_options, remote_options=remote_options, check_source=check_source,
                           cache=cache, allowed_urls=allowed_urls, trust=trust)
-    if fetched is not None and check_source:  # the freshness check's modules load while the index travels
-        from .. import freshness  # noqa: F401
+    if fetched is not None:
+        load_judges(check_source)  # while the index travels
     loaded, opts, check = prepare_unchecked(target, opts, accept=accept, fetched=fetched)
     so = dict(opts.remote_options if opts.remote_options is not None else opts.storage_options or {})
     label = "index" if isinstance(target, dict) else os.fspath(target)
