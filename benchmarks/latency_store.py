@@ -194,7 +194,8 @@ class _Store:
                 return self.respond(writer, 416, {"Content-Length": "0"})
             status = 206
         self.count(0)
-        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes"}
+        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes",
+                   "ETag": f'"{int(found[1].st_mtime)}-{size}"'}  # on every answer, as S3 sends it
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
         fd = self.descriptor(full, found[1])

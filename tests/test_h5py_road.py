@@ -441,6 +441,31 @@ def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
         refindex.h5py_file(refs, check_source=False)
 
 
+def test_a_small_files_check_is_one_request_settled_by_its_bytes_where_no_validator_comes(tmp_path):
+    """A server that sends neither ETag nor Last-Modified: a small file's freshness check is one ranged
+    GET of the whole file (no HEAD: its answer's Content-Range tells the size), settled by the
+    fingerprint of the bytes it read: the file as indexed opens, a rewrite of the same size is refused."""
+    _small_file(tmp_path / "a.h5", title="first version")
+    _small_file(tmp_path / "b.h5", title="other version")
+    a, b = (tmp_path / "a.h5").read_bytes(), (tmp_path / "b.h5").read_bytes()
+    assert len(a) == len(b) and a != b
+    with webserver.serve(etag=False, last_modified=False) as server:
+        url = server.put("small.h5", a, mtime=1_700_000_000)
+        refs = refindex.scan(url)
+        assert refs["refindex"]["pages"]["in_file"] and "etag" not in refs["refindex"]["source"]
+        server.requests.clear()
+        f = refindex.h5py_file(refs)
+        try:
+            assert list(server.requests) == [("GET", "/small.h5", f"bytes=0-{len(a) - 1}")]
+            with h5py.File(tmp_path / "a.h5", "r") as want:
+                assert assert_same_h5(want, f) > 0
+        finally:
+            f.close()
+        server.put("small.h5", b, mtime=1_700_000_000)
+        with pytest.raises(refindex.StaleIndexError, match="source changed"):
+            refindex.h5py_file(refs)
+
+
 def test_in_file_pages_not_fetched_yet_serve_nothing(tmp_path):
     """Pages of a small file before its bytes came (no check read them) hold no bytes: a read goes to the
     file, never to an empty page."""

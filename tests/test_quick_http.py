@@ -22,6 +22,7 @@ from refindex.errors import SourceError, StaleIndexError
 from refindex.options import CacheOptions
 from refindex.read._load import load_refs
 from refindex.source import QuickHTTP, described, quick_filesystem, retry_policy
+from refindex.source._http import MANY
 
 DATA = bytes(range(256)) * 40  # 10 KiB
 SERVERS = {"etag+last-modified": {}, "last-modified": dict(etag=False), "neither": dict(etag=False, last_modified=False),
@@ -50,8 +51,14 @@ def test_it_answers_as_fsspec_http_does(kind):
             assert quick.cat_file(url, a, b) == slow.cat_file(url, start=a, end=b)  # (Range ignored: the whole file)
         starts, ends = [0, 300, 9000], [10, 700, 10240]
         assert quick.cat_ranges([url] * 3, starts, ends) == slow.cat_ranges([url] * 3, starts, ends)
-        info, *datas = quick.info_and_ranges(url, list(zip(starts, ends)))
-        assert described(info) == described(slow.info(url)) and datas == slow.cat_ranges([url] * 3, starts, ends)
+        for head in (True, False):  # a HEAD beside the ranges, or the info read off their answers
+            info, *datas = quick.info_and_ranges(url, list(zip(starts, ends)), head=head)
+            assert described(info)["size"] == len(DATA) and datas == slow.cat_ranges([url] * 3, starts, ends)
+            assert described(info) == described(slow.info(url))
+        many = [(i * 100, i * 100 + 7) for i in range(MANY + 1)]  # a batch it may hand to fsspec
+        info, *datas = quick.info_and_ranges(url, many)
+        assert described(info) == described(slow.info(url))
+        assert datas == slow.cat_ranges([url] * len(many), [a for a, _ in many], [b for _, b in many])
 
 
 def test_redirects_gzip_and_headers_as_fsspec():
@@ -323,17 +330,17 @@ def test_a_scan_on_the_fly_asks_for_its_first_round_trip_before_the_scanner_load
     it would wait in vain).  The scan takes it (each asked for once); the values are h5py's; a
     cached index is only checked (nothing asked ahead); a missing file fails as before."""
     _chunked(tmp_path / "data.h5")
-    child = gated("refindex.pipeline", ("GET", "/data.h5"),
+    child = gated("refindex.pipeline", ("HEAD", "/data.h5"),
                   SCAN_EARLY.format(path=str(tmp_path / "data.h5"), cache=str(tmp_path / "cache")))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["waited"] == [True], got
     size = (tmp_path / "data.h5").stat().st_size
-    # its head and tail, whose answers tell the size and validators (no HEAD), taken, not asked again
-    assert sorted(r[2] for r in got["first"][:2]) == ["bytes=-1114112", "bytes=0-1048575"], got["first"]
-    assert "HEAD" not in [r[0] for r in got["first"]] and len(got["first"]) == len(set(map(tuple, got["first"])))
-    assert len(got["first"]) == 2 or size > (1 << 20), got["first"]  # a small file: nothing more to read
+    ends = sorted(r[2] for r in got["first"][:3] if r[0] == "GET")
+    assert [r[0] for r in got["first"][:3]].count("HEAD") == 1 and ends == ["bytes=-1114112", "bytes=0-1048575"]
+    assert [r[:2] for r in got["first"]].count(["HEAD", "/data.h5"]) == 1, got["first"]  # taken, not asked again
+    assert len(got["first"]) == 3 or size > (1 << 20), got["first"]  # a small file: nothing more to read
     assert got["cached"] == [["HEAD", "/data.h5", None]], got["cached"]
     with h5py.File(tmp_path / "data.h5", "r") as h:
         assert got["units"] == h["data"].attrs["units"]
@@ -369,13 +376,13 @@ def test_open_nwb_sends_its_first_request_before_the_rest_loads(tmp_path, indexe
         (tmp_path / "base.json").write_text(json.dumps(refindex.scan(url)))
     # (open_nwb's own module loads the block cache: what loads after its first step is the road's open)
     held, request = (("refindex.read.h5py_road._open", ("GET", "/base.json")) if indexed
-                     else ("refindex.pipeline", ("GET", "/base.nwb")))
+                     else ("refindex.pipeline", ("HEAD", "/base.nwb")))
     child = gated(held, request, NWB_EARLY.format(path=str(tmp_path / "base.nwb"), index=str(tmp_path / "base.json"),
                                                   scanned=url, indexed=indexed))
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    # (the scan's first round trip is two requests side by side: they reach the server in any order)
+    # (the scan's first round trip is three requests side by side: they reach the server in any order)
     assert got["waited"] == [True] and list(request) in [r[:2] for r in got["first"]], got
     with pynwb.NWBHDF5IO(str(tmp_path / "base.nwb"), "r") as io:
         want = io.read()

@@ -275,7 +275,7 @@ def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
         refs = refindex.scan(f"http://127.0.0.1:{server.server_address[1]}/web.h5", stats=stats)
         opts = source_mod.CacheOptions()
         assert sorted(handler.asked, key=str) == sorted(
-            [("GET", f"bytes=0-{opts.first_read - 1}"),
+            [("HEAD", None), ("GET", f"bytes=0-{opts.first_read - 1}"),
              ("GET", f"bytes=-{opts.tail_read + opts.block_size}")], key=str)  # nothing else: a small file
         assert (stats["round_trips"], stats["requests"]) == (1, 2)
         with h5py.File(p) as f:

@@ -12,8 +12,9 @@ It answers as fsspec's HTTP filesystem does, so callers need not know which one 
 ``info`` tries HEAD then GET and reports ``size``, ``ETag``, ``Last-Modified``, the final
 ``url``; a 404 is ``FileNotFoundError``; redirects are followed; a server that ignores Range
 sends the whole file (callers cut it, :func:`~refindex.source.ranged`).  Where the size and
-validators are wanted with some bytes (a scan's first round trip, a freshness check that reads
-a small file whole), the ranges' own answers give them: no HEAD beside them.  It is used only
+validators are wanted with some bytes, a HEAD goes beside the ranges (a scan records what it
+answers); a caller that can do without validators (a freshness check that reads the whole file,
+whose bytes settle it) reads the size off the ranges' own answers instead: one request.  It is used only
 for storage options it honours (:data:`HONOURED`: ``headers``, and options that only shape
 fsspec's caching); anything else (``client_kwargs``: auth, timeouts, proxies) goes to fsspec.
 """
@@ -161,11 +162,19 @@ class QuickHTTP:
             return [one(i) for i in range(len(paths))]
         return list(self._threads().map(one, range(len(paths))))
 
-    def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]]) -> list[Any]:
+    def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]], head: bool = True) -> list[Any]:
         """``[info, bytes of each span...]`` in one round trip (a failed range: its exception; a
-        negative start without an end: the file's last bytes).  The info is read off the ranges'
-        own answers, which carry what a HEAD would (the size in ``Content-Range``, the validators):
-        one request fewer; a HEAD follows only when none of them tells the size."""
+        negative start without an end: the file's last bytes).  ``head=False``: no HEAD beside the
+        ranges, the info is read off their answers (the size in ``Content-Range``; the ETag, and
+        Last-Modified, which HTTP lets a part leave out): one request fewer, for a caller that can
+        do without validators; a HEAD follows only when no answer tells the size.  (A batch of more
+        than :data:`MANY` may go to fsspec: its info is asked beside it.)"""
+        if head or len(spans) > MANY:
+            info = self._threads().submit(self.info, url)
+            datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans],
+                                    on_error="return")
+            return [info.result(), *datas]
+
         def one(span: tuple[int, int | None]) -> Any:
             try:
                 return self._part(url, *span)

@@ -157,13 +157,15 @@ def one_round_trip(fs: Any) -> bool:
     return hasattr(fs, "info_and_ranges") or bool(getattr(fs, "async_impl", False))
 
 
-def info_with_ranges(fs: Any, path: str, spans: list[tuple[int, int | None]]) -> list[Any]:
+def info_with_ranges(fs: Any, path: str, spans: list[tuple[int, int | None]], head: bool = True) -> list[Any]:
     """``[info, bytes of each span...]`` of a filesystem that can ask at once (:func:`one_round_trip`):
     refindex's own HTTP requests side by side in threads, an async fsspec filesystem on its event
     loop.  A failed range gives its exception; a failed ``info`` raises.  ``(-n, None)``: the last
-    ``n`` bytes, where the filesystem reads a suffix range (:func:`_suffix_ranges`)."""
+    ``n`` bytes, where the filesystem reads a suffix range (:func:`_suffix_ranges`).  ``head=False``:
+    the caller can do without validators, so refindex's HTTP client reads the info off the ranges'
+    answers instead of asking it beside them (:meth:`~refindex.source.QuickHTTP.info_and_ranges`)."""
     if hasattr(fs, "info_and_ranges"):
-        return fs.info_and_ranges(path, spans)
+        return fs.info_and_ranges(path, spans, head=head)
     import asyncio
 
     from fsspec.asyn import sync

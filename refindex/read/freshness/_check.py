@@ -62,8 +62,10 @@ def check_fresh(provenance: Mapping[str, Any], storage_options: dict[str, Any] |
     same_place = where == recorded.get("url")
     spans = fingerprint_spans(recorded.get("fingerprint")) or []
     early = list(also) + (spans if spans and (not same_place or needs_bytes_first(recorded)) else [])
+    # reading the whole file, the check needs no validator: its fingerprint's bytes are all at hand
+    whole = bool(spans) and (0, recorded.get("size")) in also
     if now is None:
-        info, fetched = _info_and_ranges(where, storage_options, early)
+        info, fetched = _info_and_ranges(where, storage_options, early, head=not whole)
     else:
         info, fetched = dict(now), (_ranges(where, storage_options, early) if early else {})
     found = verdict(recorded, info, same_place)
@@ -87,16 +89,17 @@ def _stale(where: str, why: str) -> StaleIndexError:
     return StaleIndexError(f"source changed since it was indexed ({why}): {FIX}", file=where)
 
 
-def _info_and_ranges(url: str, storage_options: dict[str, Any] | None,
-                     spans: list[Span]) -> tuple[dict[str, Any], dict[Span, bytes]]:
+def _info_and_ranges(url: str, storage_options: dict[str, Any] | None, spans: list[Span],
+                     head: bool = True) -> tuple[dict[str, Any], dict[Span, bytes]]:
     """The source's described ``info`` and the bytes of ``spans``, in one round trip where the
-    filesystem reads concurrently."""
+    filesystem reads concurrently (``head=False``: validators are not needed, see
+    :func:`~refindex.source.info_with_ranges`)."""
     fs, path = quick_filesystem(url, storage_options)
     reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0] if spans else []
 
     def once() -> list[Any]:
         if reads and one_round_trip(fs):  # a failed range read (a file that shrank, say) is left out: read again
-            return info_with_ranges(fs, path, reads)
+            return info_with_ranges(fs, path, reads, head=head)
         return [fs.info(path), *(_read_local_or_sync(fs, path, reads) if reads else [])]
 
     try:
