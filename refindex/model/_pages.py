@@ -53,6 +53,12 @@ class Pages:
     def nbytes(self) -> int:
         return len(self.data)
 
+    @property
+    def awaiting_bytes(self) -> bool:
+        """The bytes do not cover the spans: in-file pages no reader has fetched yet (they serve nothing
+        until then)."""
+        return len(self.data) != int((self.ends - self.starts).sum())
+
     def fetched(self, data: bytes) -> "Pages":
         """These in-file pages with the file's bytes, as a reader fetched them."""
         return replace(self, data=data, encoded=None)

@@ -27,6 +27,7 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -98,9 +99,8 @@ class QuickHTTP:
         out: dict[str, Any] = {}
         for method in ("HEAD", "GET"):
             try:
-                headers, _body, final, _status = self._request(method, url, {"Accept-Encoding": "identity"},
-                                                               body=False)
-                out.update(_described(headers, final))
+                answer = self._request(method, url, {"Accept-Encoding": "identity"}, body=False)
+                out.update(_described(answer.headers, answer.url))
                 if out.get("size") is not None:
                     break
             except Exception as e:
@@ -150,17 +150,8 @@ class QuickHTTP:
             if bulk is not self:
                 return bulk.cat_ranges(paths, starts, ends, on_error=on_error)
 
-        def one(i: int) -> Any:
-            try:
-                return self.cat_file(paths[i], starts[i], ends[i])
-            except Exception as e:
-                if on_error == "return":
-                    return e
-                raise
-
-        if len(paths) <= 1:
-            return [one(i) for i in range(len(paths))]
-        return list(self._threads().map(one, range(len(paths))))
+        return self._side_by_side(lambda i: self.cat_file(paths[i], starts[i], ends[i]), range(len(paths)),
+                                  errors_returned=on_error == "return")
 
     def info_and_ranges(self, url: str, spans: list[tuple[int, int | None]], head: bool = True) -> list[Any]:
         """``[info, bytes of each span...]`` in one round trip (a failed range: its exception; a
@@ -174,19 +165,26 @@ class QuickHTTP:
             datas = self.cat_ranges([url] * len(spans), [a for a, _ in spans], [b for _, b in spans],
                                     on_error="return")
             return [info.result(), *datas]
-
-        def one(span: tuple[int, int | None]) -> Any:
-            try:
-                return self._part(url, *span)
-            except Exception as e:  # noqa: BLE001 - returned in its place, as cat_ranges(on_error="return")
-                return e
-
-        answers = list(self._threads().map(one, spans)) if len(spans) > 1 else [one(s) for s in spans]
+        answers = self._side_by_side(lambda span: self._part(url, *span), spans, errors_returned=True)
         info = next((i for i in (_part_info(a) for a in answers if isinstance(a, Answer))
                      if i.get("size") is not None), None)
         return [info or self.info(url), *(a.body if isinstance(a, Answer) else a for a in answers)]
 
     # ---------------------------------------------------------------- requests
+    def _side_by_side(self, call: Callable[[Any], Any], items: Iterable[Any], errors_returned: bool) -> list[Any]:
+        """``call(item)`` for each item, in threads when there are several (one round trip); a failed
+        one's exception in its place with ``errors_returned``, else raised."""
+        def one(item: Any) -> Any:
+            try:
+                return call(item)
+            except Exception as e:
+                if errors_returned:
+                    return e
+                raise
+
+        items = list(items)
+        return [one(i) for i in items] if len(items) <= 1 else list(self._threads().map(one, items))
+
     def _part(self, url: str, start: int | None, end: int | None) -> Answer:
         """The answer to one range."""
         extra = {"Range": _range(start, end), "Accept-Encoding": "identity"}

@@ -108,7 +108,7 @@ def open_road(road: Road) -> Any:
     import h5py
 
     fetcher = RangeFetcher(road.url, road.options)
-    if road.pages is not None and road.pages.in_file and len(road.pages.data) != road.size:
+    if road.pages is not None and road.pages.in_file and road.pages.awaiting_bytes:
         road.pages = road.pages.fetched(_whole(fetcher, road.url, road.size))  # not read by the check (not asked)
     chunks = ChunkMap(road.pages.extents if road.pages is not None else {}, road.loader)
     fh = IndexedFile(road.url, road.size, road.pages, fetcher, chunks)

@@ -16,7 +16,7 @@ class PageMap:
 
     def __init__(self, pages: Pages | None):
         self.pages = pages
-        if pages is None or len(pages.data) != int((pages.ends - pages.starts).sum()):  # in-file, not fetched
+        if pages is None or pages.awaiting_bytes:
             self.pages = None
             self.starts: list[int] = []
             self.ends: list[int] = []
