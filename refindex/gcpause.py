@@ -13,8 +13,20 @@
    fetching one then wait for each other for ever (h5py issue 2019, its docs on file-like
    objects).  Held for the wait, no collection can start in the fetching thread.
 
+3. Holding is not enough for an open: CPython counts every object that survives a young
+   collection toward its next full one (due when they reach a quarter of the objects it
+   kept last time), so an open's long-lived objects still brought that collection forward,
+   into pynwb's read: a full collection of 55-75 ms in every P4 open of the few-object file
+   through ``h5py_file``, none in the local open (docs/h5py.md).  At the end of an
+   open, :func:`held_for_open` moves the young objects into the oldest generation without
+   counting them (``gc.freeze()`` then ``gc.unfreeze()``): the full collection comes when
+   the caller's own objects make it due.  (Not when the caller froze objects of their own:
+   unfreezing would release theirs.  The few the interpreter keeps frozen at start-up, the
+   tuples of its built-in types, end in the oldest generation: immortal, they are never freed.)
+
 :func:`held_collections` holds it for a stretch of this thread; :func:`collections_allowed`
-lets it run again inside one, for work that makes garbage (a scan on the fly).
+lets it run again inside one, for work that makes garbage (a scan on the fly);
+:func:`held_for_open` holds it for an open and keeps what the open made as old objects.
 """
 
 from __future__ import annotations
@@ -32,6 +44,9 @@ _COUNT = 0  # holds in force, in every thread
 _OURS = False  # collection was on when the first of them began: the last one turns it back on
 _MINE = threading.local()  # .n: this thread's holds
 SETTLE = 0.25  # seconds a fetch's hold outlasts it
+# objects the interpreter itself keeps frozen (CPython 3.12: 375 tuples of its built-in types); more are
+# the caller's (a server that froze its start-up heap before forking, thousands): held_for_open leaves them
+_FROZEN_AT_START = gc.get_freeze_count() if gc.get_freeze_count() < 2000 else 0
 
 
 def _take(n: int) -> None:
@@ -63,6 +78,18 @@ def held_collections() -> Iterator[None]:
     finally:
         _MINE.n -= 1
         _give(1)
+
+
+@contextmanager
+def held_for_open() -> Iterator[None]:
+    """:func:`held_collections` around an open whose objects live as long as what it opens; when the
+    outermost of this thread's holds ends, the young objects join the oldest generation without a
+    collection (3. above), whether or not another thread's hold (a fetch) still keeps collection off."""
+    with held_collections():
+        yield
+    if not getattr(_MINE, "n", 0) and gc.get_freeze_count() <= _FROZEN_AT_START:
+        gc.freeze()
+        gc.unfreeze()
 
 
 @contextmanager

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import urls
 from ..errors import RefindexError, SourceError
-from ..gcpause import held_collections
+from ..gcpause import held_for_open
 from ._attrtypes import provenance_of, recorded_types, restore_attribute_types
 from ._consolidated import group_document, metadata_of
 from ._load import load_refs, zarr_format_of
@@ -625,7 +625,7 @@ def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     ``options``: :func:`~refindex.read.h5py_road.prepared`'s (``fetched`` among them)."""
     from .h5py_road import open_road, prepared
 
-    with held_collections():
+    with held_for_open():
         prep = prepared(refs, **options, accept=require_nwb)
         require_nwb({"refindex": prep.prov} if prep.loaded is None
                     else declared_of(prep.loaded, prep.read_options), prep.label)

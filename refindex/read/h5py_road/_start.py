@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ... import urls
-from ...gcpause import held_collections
+from ...gcpause import held_for_open
 from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
 
 
@@ -47,7 +47,7 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
     # what an open allocates lives as long as the file (refindex.gcpause)
-    with held_collections(), requested_early(target, storage_options, cache) as fetched:
+    with held_for_open(), requested_early(target, storage_options, cache) as fetched:
         from ._open import open_road, prepared
 
         return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
