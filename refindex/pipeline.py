@@ -8,6 +8,8 @@ command line, batch tasks and worker processes all come through here with one
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
@@ -17,7 +19,7 @@ from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions
 from .progress import ProgressSetting, ScanProgress
 from .scanner import ScanContext, choose_pages, scan_file
-from .source import ReadRecorder, open_source
+from .source import ReadRecorder, Source, open_source
 
 from . import __version__  # one version for the package
 Format = Literal["json", "parquet", "icechunk"]
@@ -67,8 +69,22 @@ def scan_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
 def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[str, Any] | None = None,
                 progress: ProgressSetting = None) -> Scanned:
     """Run the scanner over ``source``: the Tree, before any convention (see :func:`prepare_tree`)."""
-    recorder = ReadRecorder(options.page_size) if options.pages else None
-    with open_source(source, options.storage_options, options.cache, recorder) as src:
+    with opened_for_scan(source, options) as opened:
+        return opened.scan(stats=stats, progress=progress)
+
+
+@dataclass
+class OpenedScan:
+    """A source opened (and its metadata prefetched) for a scan that has not walked it yet: what the
+    h5py road on the fly looks at before it decides where the walk runs (refindex.read.h5py_road)."""
+
+    src: Source
+    options: ScanOptions
+    recorder: ReadRecorder | None
+
+    def scan(self, *, stats: dict[str, Any] | None = None, progress: ProgressSetting = None) -> Scanned:
+        """The walk of the opened file: its Tree, before any convention."""
+        src, options, recorder = self.src, self.options, self.recorder
         target = safety.strip_credentials(options.url or src.url)
         safety.check_target_url(target, explicit=options.url is not None)
         bar = ScanProgress.of(progress, src.url)
@@ -96,7 +112,20 @@ def scan_source(source: str | os.PathLike, options: ScanOptions, *, stats: dict[
             stats.update(src.stats.as_dict())
             stats["scan_seconds"] = seconds
             stats["chunk_index"] = ctx.index_stats.as_dict()
-    return Scanned(tree, src.url, {"url": target, **described})
+        return Scanned(tree, src.url, {"url": target, **described})
+
+    def refs(self, *, progress: ProgressSetting = None) -> RefsDocument:
+        """The index of the opened file (:func:`scan_refs` of it, without external files followed)."""
+        return refs_of_tree(prepare_tree(self.scan(progress=progress), self.options), self.options)
+
+
+@contextmanager
+def opened_for_scan(source: str | os.PathLike, options: ScanOptions) -> Iterator[OpenedScan]:
+    """``source`` opened for a scan with ``options`` (:func:`~refindex.source.open_source`, recording
+    the pages its index carries), closed on the way out."""
+    recorder = ReadRecorder(options.page_size) if options.pages else None
+    with open_source(source, options.storage_options, options.cache, recorder) as src:
+        yield OpenedScan(src, options, recorder)
 
 
 def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
@@ -180,13 +209,19 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
     if options.isolate:
         return in_worker(scan_refs_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
-    refs = writers.v3.to_refs(tree) if options.zarr_format == 3 else writers.to_refs(tree)
-    safety.check_publishable(refs, options.storage_options, file=tree.url)
+    refs = refs_of_tree(tree, options)
     if options.follow_external:
         read_url = urls.normalise(os.fspath(source))
         outer = options if options.allow_outside or options.allowed_root is not None else options.but(
             allowed_root=urls.folder(read_url))  # linked files of linked files: the same root
         _follow_external(refs, read_url, tree.url, outer, {read_url})
+    return refs
+
+
+def refs_of_tree(tree: Tree, options: ScanOptions) -> RefsDocument:
+    """The RFS dict of a prepared Tree, through the safety gate."""
+    refs = writers.v3.to_refs(tree) if options.zarr_format == 3 else writers.to_refs(tree)
+    safety.check_publishable(refs, options.storage_options, file=tree.url)
     return refs
 
 

@@ -100,7 +100,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
             refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
         if accept is not None:
             accept(refs)
-        _keep(refs, entry)
+        keep_in_cache(refs, entry)
     elif accept is not None:
         accept(refs)
     return refs
@@ -128,16 +128,18 @@ def _cached_entry(entry: Path, storage_options: dict[str, Any] | None) -> RefsDo
         return None
     if found.how == "fingerprint" and any(recorded.get(k) != found.now.get(k) for k in ("etag", "version", "mtime")):
         recorded.update({k: v for k, v in found.now.items() if k in ("etag", "version", "mtime")})
-        _keep(refs, entry)
+        keep_in_cache(refs, entry)
     return refs
 
 
-def _keep(refs: RefsDocument, entry: Path) -> None:
+def keep_in_cache(refs: RefsDocument, entry: Path) -> None:
+    """Write ``refs`` to the cache ``entry`` atomically; a cache that cannot take it is left as it is."""
+    from ..errors import OutputError
     from ..writers import write_json
 
     try:
         write_json(refs, entry)
-    except OSError:  # a read-only or full cache never stops the read
+    except (OSError, OutputError):  # a read-only or full cache (or one under a file) never stops the read
         pass
 
 

@@ -164,6 +164,14 @@ class BlockCache(io.RawIOBase):
         stop = min(stop, end)
         return self._cached(start, stop) if stop > start else b""
 
+    @property
+    def holds_everything(self) -> bool:  # every byte of the file cached (a small file fetched whole)?
+        return len(self.blocks) >= -(-self.size // self.opts.block_size)
+
+    def everything(self) -> bytes:
+        """The whole file, from the cache (when it :attr:`holds_everything`)."""
+        return b"".join(self.blocks[i] for i in range(-(-self.size // self.opts.block_size)))
+
     def prefetch(self, offsets: list[int]) -> None:
         """Fetch the blocks holding ``offsets`` (with neighbours) that are not cached yet, at once."""
         bs = self.opts.block_size

@@ -19,7 +19,7 @@ from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges
 from ._failures import ranged, source_error
 from ._quick import filesystem_of, quick_filesystem, taken_ahead
-from ._prefetch import prefetch_tree
+from ._prefetch import TreeSeen, prefetch_tree
 from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
 from ._validators import described
@@ -43,6 +43,7 @@ class Source:
     cache: BlockCache | None = None  # remote files: the metadata read cache libhdf5 reads through
     recorder: ReadRecorder | None = None  # what the scan read, when its index carries pages
     local: LocalFile | None = None  # a local file read through a recording file object
+    seen: TreeSeen = field(default_factory=TreeSeen)  # what the prefetch saw of the tree (remote files)
 
     def fs_for(self, url: str) -> tuple[Any, str]:
         """(filesystem, path) of another file the scan needs (external storage, VDS sources, links).
@@ -270,11 +271,12 @@ def open_source(
         h5 = h5py.File(raw, "r")
     except OSError as e:
         raise NotHDF5Error(f"h5py cannot open it: {e}", file=url) from e
+    seen = TreeSeen()
     if raw.opts.prefetch_metadata:  # libhdf5's reads in it are recorded, its own parsing (peek) is not
-        prefetch_tree(h5, raw)
+        seen = prefetch_tree(h5, raw)
     try:
         yield Source(h5=h5, url=url, size=info["size"], protocol=protocol, stats=stats, info=info, fs=fs, path=path,
-                     storage_options=storage_options, cache=raw, recorder=recorder)
+                     storage_options=storage_options, cache=raw, recorder=recorder, seen=seen)
     finally:
         h5.close()
 

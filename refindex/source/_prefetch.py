@@ -11,11 +11,15 @@ instead of one after another.
 This only decides *what to fetch early*.  It parses a few fixed HDF5 structures
 (format spec sections III.A-III.C, IV.A) with bounds checks and gives up on anything
 unexpected; libhdf5 still reads and checks every byte it uses, so a wrong guess costs a
-wasted fetch, never a wrong index.
+wasted fetch, never a wrong index.  What :func:`prefetch_tree` reports of the tree
+(:class:`TreeSeen`: links into other files, virtual datasets reading other files) comes from
+libhdf5's own answers on its way, not from that parsing; once the cache holds the whole file,
+the parsing stops (nothing is left to fetch) and the walk through libhdf5 goes on.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterable
 
 UNDEF = (1 << 64) - 1
@@ -118,47 +122,79 @@ class Walker:
         return _valid([_u(h, 8 + 2 * self.sl, self.so)])
 
 
-def prefetch_tree(h5, raw, limit: int = 100_000) -> int:
+@dataclass
+class TreeSeen:
+    """What :func:`prefetch_tree` saw of a file's tree on its way: the objects it visited, and what
+    h5py's file-object driver cannot read (links into other files, virtual datasets whose sources
+    are other files).  ``complete``: it visited every object (not cut short by its limit or an error)."""
+
+    objects: int = 0
+    external_links: int = 0
+    reads_elsewhere: list[str] = field(default_factory=list)
+    complete: bool = False
+
+
+def prefetch_tree(h5, raw, limit: int = 100_000) -> TreeSeen:
     """Prefetch the metadata of every object under ``h5`` (an open h5py File over ``raw``).
 
     Per level of the group tree: children's headers, then their continuation blocks,
     then B-tree roots and heaps, then B-tree children and heap data — each one batch.
-    Returns the number of objects visited.  Any error ends the walk quietly.
+    Returns what it saw of the tree.  Any error ends the walk quietly (not ``complete``).
     """
-    from h5py import h5g, h5l, h5o
+    from h5py import h5d, h5g, h5l, h5o
 
     walker = Walker.for_file(raw)
     if walker is None:
-        return 0
+        return TreeSeen()
     seen: set[int] = set()
-    level = [h5.id]
+    out = TreeSeen()
+    level = [(h5.id, "")]
     root = h5g.get_objinfo(h5.id).objno[0]  # header fields only: no walk of the root's indexes
     pending = [root]
     try:
         while level and len(seen) < limit:
-            _warm_objects(walker, raw, pending)
+            fetching = not getattr(raw, "holds_everything", False)  # else no parsing for it: all is cached
+            if fetching:
+                _warm_objects(walker, raw, pending)
             children = []
-            for gid in level:
+            for gid, path in level:
                 names: list[bytes] = []
                 gid.links.iterate(names.append)
                 for name in names:
                     li = gid.links.get_info(name)
                     if li.type == h5l.TYPE_HARD and li.u not in seen:
                         seen.add(li.u)
-                        children.append((gid, name, li.u))
-            pending = [addr for _, _, addr in children]
-            raw.prefetch(pending)
-            raw.prefetch([c for a in pending for c in walker.continuations(a)])
-            _warm_objects(walker, raw, pending)
+                        children.append((gid, path, name, li.u))
+                    elif li.type == h5l.TYPE_EXTERNAL:
+                        out.external_links += 1
+            pending = [addr for _, _, _, addr in children]
+            if fetching:
+                raw.prefetch(pending)
+                raw.prefetch([c for a in pending for c in walker.continuations(a)])
+                _warm_objects(walker, raw, pending)
             level = []
-            for gid, name, _ in children:
+            for gid, path, name, _ in children:
                 oid = h5o.open(gid, name)
+                where = f"{path}/{name.decode('utf-8', 'surrogateescape')}"
                 if isinstance(oid, h5g.GroupID):
-                    level.append(oid)
+                    level.append((oid, where))
+                elif isinstance(oid, h5d.DatasetID) and _reads_elsewhere(oid):
+                    out.reads_elsewhere.append(where)
             pending = []
+        out.complete = not level
     except Exception:  # noqa: BLE001 - an optimisation only; the scan reads and reports for real
         pass
-    return len(seen)
+    out.objects = len(seen)
+    return out
+
+
+def _reads_elsewhere(dataset) -> bool:
+    """Is ``dataset`` virtual with a source in another file (which libhdf5 opens by name)?"""
+    from h5py import h5d
+
+    plist = dataset.get_create_plist()
+    return plist.get_layout() == h5d.VIRTUAL and any(plist.get_virtual_filename(i) != "."
+                                                     for i in range(plist.get_virtual_count()))
 
 
 def _warm_objects(walker: Walker, raw, headers: list[int]) -> None:

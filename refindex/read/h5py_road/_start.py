@@ -48,6 +48,11 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     """
     # what an open allocates lives as long as the file (refindex.gcpause)
     with held_for_open(), requested_early(target, storage_options, cache) as fetched:
+        if fetched is None and uncached_remote_hdf5(target, cache):
+            from ._beside import open_on_the_fly
+
+            return open_on_the_fly(target, storage_options=storage_options, remote_options=remote_options,
+                                   cache=cache)  # (an index made here from the file named: trusted, fresh)
         from ._open import open_road, prepared
 
         return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
@@ -84,18 +89,25 @@ def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future |
     return retried_in_thread("refindex-index", fs.cat_file, path)
 
 
+def uncached_remote_hdf5(target: Any, cache: CacheSetting) -> bool:
+    """Is ``target`` an HDF5 file at a URL (by its name: ``.nwb``, ``.h5``...) whose index the cache
+    does not hold?  (Then it is scanned on the fly, :func:`~refindex.read.h5py_road.open_on_the_fly`.)"""
+    if not isinstance(target, str) or kind_by_name(target) != "hdf5" or urls.is_local(target):
+        return False
+    from ...options import ScanOptions
+
+    folder = cache_folder(cache)  # (the entry's name does not depend on storage options)
+    return folder is None or not cache_entry(folder, target, ScanOptions()).exists()
+
+
 def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: CacheSetting) -> Callable[[], None] | None:
     """For an HDF5 file named by an HTTP(S) URL (``.nwb``, ``.h5``...) that the index cache does
     not hold: the first round trip of its scan on the fly, asked for now
     (:func:`~refindex.source.request_ahead`); a function that drops it if no scan takes it.
     None for anything else (a cached index is checked for freshness instead: nothing to ask)."""
-    if not isinstance(target, str) or kind_by_name(target) != "hdf5":
+    if not uncached_remote_hdf5(target, cache):
         return None
-    from ...options import ScanOptions
+    from ...options import CacheOptions
     from ...source import request_ahead  # _quick, _http and _retry only
 
-    options = ScanOptions().but(storage_options=dict(storage_options or {}))  # as index_of_file scans
-    folder = cache_folder(cache)
-    if folder is not None and cache_entry(folder, target, options).exists():
-        return None
-    return request_ahead(urls.normalise(target), storage_options, options.cache.end_spans())
+    return request_ahead(urls.normalise(target), storage_options, CacheOptions().end_spans())  # as scans ask

@@ -1,0 +1,122 @@
+"""The h5py road on the fly, for a small file of many objects: opened at once, indexed beside.
+
+A remote file of many small objects (an NWB file of hundreds of series) no larger than
+``CacheOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
+metadata is scattered over all of it), and libhdf5 then spends most of the scan in
+per-object calls: on P4's many-object file 0.6 s of walk (shared with a helper process)
+after 0.35-0.45 s of fetching.  The h5py road does not need an index to read such a file,
+since every byte of it is in memory already: :func:`whole_road` serves libhdf5 from those
+bytes at once.  What the road must know before it hands the file out, and which the walk
+used to tell it, the scan's prefetch saw on its way through the tree (``Source.seen``): links
+into other files and virtual datasets whose sources are other files, which h5py's
+file-object driver cannot open.
+
+The index is wanted only for the local cache (so that the next open is two requests, not a
+scan).  It is made by a forked child the open never waits for, as the split walk's helper
+is (:mod:`refindex.scanner._split`): the child reads only the bytes in memory (a fork
+cannot fetch: the cache refuses), writes the cache entry atomically and ends; it is killed
+after :data:`CHILD_SECONDS` and with its parent (Linux), and nothing the caller reads
+depends on it: when it fails, dies or is not done before the process ends, the cache
+stays empty and the next open scans.  With ``cache=False`` there is no child at all.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ... import urls
+from ...gcpause import collections_allowed
+from ...lifetime import die_with_parent
+from ...model import Pages
+from ...options import ScanOptions
+from ...pipeline import OpenedScan, opened_for_scan
+from .._load import keep_in_cache
+from .._names import CacheSetting, cache_entry, cache_folder
+from ._open import Road, open_road, prepared
+
+MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
+CHILD_SECONDS = 300  # the child making the index ends after this long, done or not
+
+
+def open_on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
+                    cache: CacheSetting) -> Any:
+    """``refindex.h5py_file`` of an HDF5 file at a URL whose index the cache does not hold: scanned now
+    and its index kept in the cache (as :func:`~refindex.read.index_of_file` does), or, when the scan
+    fetched all of it and it has many objects, opened over its bytes at once (:func:`whole_road`)."""
+    options = ScanOptions().but(storage_options=dict(storage_options or {}))
+    folder = cache_folder(cache)
+    where = urls.normalise(url)
+    entry = cache_entry(folder, where, options) if folder is not None else None
+    so = dict(remote_options if remote_options is not None else storage_options or {})
+    with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+        with opened_for_scan(where, options) as opened:
+            road = whole_road(opened, entry, so)
+            refs = opened.refs(progress="auto") if road is None else None  # a bar in a notebook when it takes seconds
+    if road is None:
+        if entry is not None:
+            keep_in_cache(refs, entry)
+        road = prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
+                        allowed_urls=None, trust=True, group=None, branch=None, snapshot=None).road()
+    return open_road(road)
+
+
+def whole_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any]) -> Road | None:
+    """The road over the bytes of ``opened`` when its scan fetched all of the file and it has at least
+    :data:`MIN_OBJECTS` objects (its index made beside into ``entry``, when given and a fork can make
+    it); None when the scan should run here as before.  ``options``: storage options to reach the file."""
+    src, seen = opened.src, opened.src.seen
+    raw = src.cache
+    if raw is None or not seen.complete or seen.objects < MIN_OBJECTS or not raw.holds_everything:
+        return None
+    if entry is not None and not can_index_beside():
+        return None  # the scan runs here, so that its index is cached
+    pages = Pages.kept_in_file(opened.options.page_size, src.size, seen.external_links,
+                               sorted(seen.reads_elsewhere)).fetched(raw.everything())
+    if entry is not None:
+        index_beside(opened, entry)
+    return Road(src.url, src.size, pages, None, options)
+
+
+def can_index_beside() -> bool:
+    """Can this process fork the child that makes an index beside an open?  (Linux: elsewhere a fork
+    without exec is less safe, macOS, or absent, Windows.)"""
+    return hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+def index_beside(opened: OpenedScan, entry: Path) -> int | None:
+    """Fork the child that makes the index of ``opened`` and keeps it in ``entry``; its pid (None when
+    no child could be made).  The child is reaped by a thread of this process, never waited for."""
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:  # no memory for a copy, too many processes
+        return None
+    if pid == 0:  # the child: whatever happens, it ends here, never back in the caller's code
+        code = 1
+        try:
+            die_with_parent(parent)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not a handler of the caller's
+            signal.alarm(CHILD_SECONDS)
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(quiet, 1)  # warnings, libhdf5 messages: nobody reads them
+            os.dup2(quiet, 2)
+            mine = OpenedScan(opened.src, opened.options.but(split_walk=False), opened.recorder)
+            with collections_allowed():  # a scan makes garbage
+                keep_in_cache(mine.refs(), entry)
+            code = 0
+        finally:
+            os._exit(code)
+    threading.Thread(target=_reap, args=(pid,), name="refindex-index-beside", daemon=True).start()
+    return pid
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:  # reaped elsewhere (a caller's SIGCHLD handler)
+        pass

@@ -1,0 +1,154 @@
+"""The h5py road on the fly for a small remote file of many objects (refindex.read.h5py_road._beside).
+
+The scan's first round trips fetch such a file whole; ``h5py_file`` then serves libhdf5 from
+those bytes at once, and the index (for the local cache) is made by a forked child it never
+waits for.  What a consumer sees must not change: h5py sees the file as it sees the file
+itself, the cached index is the one a scan makes, links into other files and virtual datasets
+reading other files are told (and refused) as the index's road tells them, and nothing the
+caller reads depends on the child.  The threshold of objects is lowered here so that small
+test files take that road.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import refindex
+from refindex.read.h5py_road import _beside
+
+from h5compare import assert_same_h5  # noqa: E402
+import webserver
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _many_objects(path: Path, n: int = 60) -> None:
+    rng = np.random.default_rng(1)
+    with h5py.File(path, "w") as f:
+        for i in range(n):
+            g = f.create_group(f"series_{i:03d}")
+            g.attrs["neurodata_type"] = "TimeSeries"
+            g.attrs["rate"] = float(i)
+            g.create_dataset("data", data=rng.normal(size=500), chunks=(100,), compression="gzip")
+            g["data"].attrs["unit"] = "volts"
+            g.create_dataset("timestamps", data=np.arange(500.0) / (i + 1))
+        f.create_dataset("names", data=["a", "bb", "ccc"], dtype=h5py.string_dtype())
+        f.create_dataset("refs", data=[f["series_000"].ref, f["series_001/data"].ref], dtype=h5py.ref_dtype)
+
+
+def _entry(cache: Path, seconds: float = 60) -> Path:
+    """The cache entry the child writes (waited for)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = list(cache.glob("*.refs.json")) if cache.is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no cache entry in {cache} after {seconds} s")
+
+
+@pytest.fixture
+def many(tmp_path, monkeypatch):
+    monkeypatch.setattr(_beside, "MIN_OBJECTS", 50)
+    path = tmp_path / "many.h5"
+    _many_objects(path)
+    with webserver.serve() as server:
+        yield path, server, server.put("many.h5", path.read_bytes())
+
+
+def test_a_file_fetched_whole_opens_over_its_bytes_and_is_indexed_beside(many, tmp_path, monkeypatch):
+    path, server, url = many
+    forks = []
+    real = _beside.index_beside
+    monkeypatch.setattr(_beside, "index_beside", lambda *a: forks.append(a) or real(*a))
+    f = refindex.h5py_file(url, cache=False)  # no cache: nothing to make beside, no child
+    try:
+        assert f.refindex_file.pages.nbytes == path.stat().st_size  # served from the file's bytes
+        asked = len(server.requests)
+        with h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 182
+        assert f.refindex_file.stats.from_source == 0 and len(server.requests) == asked  # nothing more asked
+    finally:
+        f.close()
+    assert forks == []
+
+    cache = tmp_path / "cache"
+    f = refindex.h5py_file(url, cache=cache)
+    try:
+        assert len(forks) == 1 and f.refindex_file.pages.nbytes == path.stat().st_size
+        with h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 182
+    finally:
+        f.close()
+    cached = json.loads(_entry(cache).read_text())
+    assert cached == json.loads(json.dumps(refindex.scan(url)))  # the index a scan of the file makes
+
+    asked = len(server.requests)
+    f = refindex.h5py_file(url, cache=cache)  # from the cache now: its pages, after a freshness check
+    try:
+        assert len(forks) == 1 and len(server.requests) - asked <= 2
+        assert f.refindex_file.pages.nbytes < path.stat().st_size
+        with h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 182
+    finally:
+        f.close()
+
+
+def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many, tmp_path):
+    path, server, url = many
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    f = refindex.h5py_file(url, cache=blocked / "cache")
+    try:
+        with h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 182
+    finally:
+        f.close()
+    time.sleep(3)  # (the child has given up by then: the file is small)
+    assert not (blocked / "cache").exists()
+
+
+def test_what_h5py_cannot_follow_is_told_as_the_index_tells_it(tmp_path, monkeypatch):
+    """Links into other files and virtual datasets with sources in other files, which h5py's file-object
+    driver cannot open: the same warnings as the road over the file's index, and a followed external
+    link fails loudly."""
+    monkeypatch.setattr(_beside, "MIN_OBJECTS", 50)
+    path = tmp_path / "reaching.h5"
+    _many_objects(path)
+    source = tmp_path / "source.h5"
+    with h5py.File(source, "w") as s:
+        s["x"] = np.arange(10)
+    with h5py.File(path, "a") as f:
+        f["series_003/elsewhere"] = h5py.ExternalLink("other.h5", "/x")
+        layout = h5py.VirtualLayout(shape=(10,), dtype="i8")
+        layout[:] = h5py.VirtualSource("source.h5", "x", shape=(10,))
+        f["series_004"].create_virtual_dataset("virtual", layout, fillvalue=-1)
+    with webserver.serve() as server:
+        server.put("source.h5", source.read_bytes())
+        url = server.put("reaching.h5", path.read_bytes())
+
+        def opened(target):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                f = refindex.h5py_file(target, cache=False)
+            return f, sorted(str(w.message) for w in seen if issubclass(w.category, refindex.RefindexWarning))
+
+        road, told = opened(json.loads(json.dumps(refindex.scan(url))))
+        road.close()
+        f, beside_told = opened(url)
+        try:
+            assert f.refindex_file.pages.nbytes == path.stat().st_size  # the file's bytes: no index
+            assert beside_told == told and len(told) == 2
+            assert "external link" in told[0] + told[1] and "/series_004/virtual" in told[0] + told[1]
+            with pytest.raises(Exception, match="cannot follow an external link"):
+                f["series_003/elsewhere"]
+            assert f["series_002/data"][:].tolist() == h5py.File(path, "r")["series_002/data"][:].tolist()
+        finally:
+            f.close()
