@@ -152,3 +152,43 @@ def test_what_h5py_cannot_follow_is_told_as_the_index_tells_it(tmp_path, monkeyp
             assert f["series_002/data"][:].tolist() == h5py.File(path, "r")["series_002/data"][:].tolist()
         finally:
             f.close()
+
+
+def test_open_nwb_reads_a_file_fetched_whole_as_pynwb_reads_the_file(nwb_files, tmp_path, monkeypatch):
+    """open_nwb's default reader on such a file: NWBHDF5IO over its bytes, equal to NWBHDF5IO on the file,
+    its index made beside; a file that is no NWB file is refused before anything is cached or forked;
+    a file linking into other files is indexed here, for the zarr road that follows the links."""
+    import nwbcompare
+    import pynwb
+
+    monkeypatch.setattr(_beside, "MIN_OBJECTS", 10)
+    forks = []
+    real = _beside.index_beside
+    monkeypatch.setattr(_beside, "index_beside", lambda *a: forks.append(a) or real(*a))
+    plain = tmp_path / "plain.h5"
+    _many_objects(plain)
+    cache = tmp_path / "cache"
+    with webserver.serve() as server:
+        for name in ("main", "linking", "base"):
+            server.put(f"{name}.nwb", Path(nwb_files[name]).read_bytes())
+        with pynwb.NWBHDF5IO(str(nwb_files["main"]), "r") as io:
+            want = io.read()
+            got = refindex.open_nwb(server.url("main.nwb"), cache=cache)
+            try:
+                assert type(got.refindex_io).__name__ == "NWBHDF5IO" and len(forks) == 1
+                assert got.refindex_io._file.refindex_file.pages.nbytes == Path(nwb_files["main"]).stat().st_size
+                assert nwbcompare.assert_same_nwb(want, got) > 10
+            finally:
+                got.refindex_io.close()
+        _entry(cache)
+
+        with pytest.raises(refindex.RefindexError, match="not an NWB file"):
+            refindex.open_nwb(server.put("plain.h5", plain.read_bytes()), cache=tmp_path / "plain-cache")
+        assert len(forks) == 1 and not (tmp_path / "plain-cache").exists()
+
+        with pynwb.NWBHDF5IO(str(nwb_files["linking"]), "r") as io:
+            want = io.read()
+            got = refindex.open_nwb(server.url("linking.nwb"), cache=False)
+            assert type(got.refindex_io).__name__ != "NWBHDF5IO" and len(forks) == 1  # the zarr road: indexed here
+            assert nwbcompare.assert_same_nwb(want, got) > 10
+            got.refindex_io.close()

@@ -623,10 +623,18 @@ def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     takes it: "auto" and links into other files).  Collection is held while it opens (the open's
     objects live as long as the file, refindex.gcpause); pynwb's read after it is not held.
     ``options``: :func:`~refindex.read.h5py_road.prepared`'s (``fetched`` among them)."""
-    from .h5py_road import open_road, prepared
+    from .h5py_road import Road, on_the_fly, open_road, prepared, uncached_remote_hdf5
 
     with held_for_open():
-        prep = prepared(refs, **options, accept=require_nwb)
+        if options.get("fetched") is None and uncached_remote_hdf5(refs, options["cache"]):
+            made = on_the_fly(refs, storage_options=options["storage_options"], cache=options["cache"],
+                              remote_options=options["remote_options"], accept=require_nwb,
+                              accept_file=partial(require_nwb_file, label=refs), links_out=reader == "h5py")
+            if isinstance(made, Road):  # opened over the bytes the scan fetched (no index yet)
+                return None, open_road(made)
+            prep = made
+        else:
+            prep = prepared(refs, **options, accept=require_nwb)
         require_nwb({"refindex": prep.prov} if prep.loaded is None
                     else declared_of(prep.loaded, prep.read_options), prep.label)
         return prep, (open_road(prep.road()) if reader == "h5py" or not prep.external_links else None)
@@ -734,6 +742,10 @@ def _read_zarr_road(refs: Any, loaded: Any, opts: ReadOptions, check: SourceChec
     return _read_kept(io)
 
 
+NOT_NWB = ("not an NWB file: its root group has no neurodata_type or namespace attribute (every NWB file has them); "
+           "read it with refindex.open (zarr) or xarray instead")
+
+
 def require_nwb(refs: Any, label: str | None = None) -> None:
     """Refuse (before anything is read or cached) an index whose file is no NWB file: its root
     group has none of the attributes every NWB file has (``neurodata_type``, ``namespace``)."""
@@ -754,9 +766,15 @@ def require_nwb(refs: Any, label: str | None = None) -> None:
         attrs = {}
     if not prov.get("convention") and (".specloc" in attrs or "neurodata_type" in attrs):
         return  # another tool's index of an NWB file
-    where = label or (prov.get("source") or {}).get("url")
-    raise RefindexError("not an NWB file: its root group has no neurodata_type or namespace attribute (every NWB "
-                        "file has them); read it with refindex.open (zarr) or xarray instead", file=where)
+    raise RefindexError(NOT_NWB, file=label or (prov.get("source") or {}).get("url"))
+
+
+def require_nwb_file(h5: Any, label: str) -> None:
+    """:func:`require_nwb` of an open ``h5py.File`` (its root group's attributes), for a file the h5py
+    road opens before any index of it is made."""
+    names = set(h5.attrs.keys())
+    if ".specloc" not in names and "neurodata_type" not in names:
+        raise RefindexError(NOT_NWB, file=label)
 
 
 def _read_icechunk(ic: Any, options: ReadOptions, external: dict[str, Any] | None, scan_missing: bool) -> Any:

@@ -12,7 +12,7 @@ from ...lazy import attribute_loader
 
 # Loaded on first use: ``h5py_file`` (``_start``) sends the index's request before the rest loads.
 _WHERE = {
-    "can_index_beside": "_beside", "index_beside": "_beside", "open_on_the_fly": "_beside", "whole_road": "_beside",
+    "can_index_beside": "_beside", "index_beside": "_beside", "on_the_fly": "_beside", "whole_road": "_beside",
     "ChunkMap": "_chunks", "ChunkRun": "_chunks", "json_loader": "_chunks", "parquet_loader": "_chunks",
     "IndexedFile": "_file", "ReadAhead": "_file", "RoadStats": "_file",
     "Prepared": "_open", "Road": "_open", "open_road": "_open", "prepared": "_open",

@@ -6,10 +6,10 @@ metadata is scattered over all of it), and libhdf5 then spends most of the scan 
 per-object calls: on P4's many-object file 0.6 s of walk (shared with a helper process)
 after 0.35-0.45 s of fetching.  The h5py road does not need an index to read such a file,
 since every byte of it is in memory already: :func:`whole_road` serves libhdf5 from those
-bytes at once.  What the road must know before it hands the file out, and which the walk
-used to tell it, the scan's prefetch saw on its way through the tree (``Source.seen``): links
-into other files and virtual datasets whose sources are other files, which h5py's
-file-object driver cannot open.
+bytes at once (``h5py_file``, and ``open_nwb`` on the h5py road).  What the road must know
+before it hands the file out, and which the walk used to tell it, the scan's prefetch saw on
+its way through the tree (``Source.seen``): links into other files and virtual datasets whose
+sources are other files, which h5py's file-object driver cannot open.
 
 The index is wanted only for the local cache (so that the next open is two requests, not a
 scan).  It is made by a forked child the open never waits for, as the split walk's helper
@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +38,21 @@ from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
 from .._load import keep_in_cache
 from .._names import CacheSetting, cache_entry, cache_folder
-from ._open import Road, open_road, prepared
+from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
 CHILD_SECONDS = 300  # the child making the index ends after this long, done or not
 
 
-def open_on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
-                    cache: CacheSetting) -> Any:
-    """``refindex.h5py_file`` of an HDF5 file at a URL whose index the cache does not hold: scanned now
-    and its index kept in the cache (as :func:`~refindex.read.index_of_file` does), or, when the scan
-    fetched all of it and it has many objects, opened over its bytes at once (:func:`whole_road`)."""
+def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
+               cache: CacheSetting, accept: Callable[[Any], None] | None = None,
+               accept_file: Callable[[Any], None] | None = None, links_out: bool = True) -> Road | Prepared:
+    """An HDF5 file at a URL whose index the cache does not hold, for the h5py road: scanned now and its
+    index kept in the cache (as :func:`~refindex.read.index_of_file` does), prepared (fresh: no check);
+    or, when the scan fetched all of it and it has many objects, the road over its bytes
+    (:func:`whole_road`).  ``accept(index)`` / ``accept_file(h5py file)`` may refuse the file before
+    anything is cached (``open_nwb``: not an NWB file); ``links_out=False``: a file linking into other
+    files is indexed here (``open_nwb``'s "auto" reads it through the zarr road, which needs the index)."""
     options = ScanOptions().but(storage_options=dict(storage_options or {}))
     folder = cache_folder(cache)
     where = urls.normalise(url)
@@ -55,26 +60,34 @@ def open_on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_
     so = dict(remote_options if remote_options is not None else storage_options or {})
     with collections_allowed():  # a scan makes garbage (refindex.gcpause)
         with opened_for_scan(where, options) as opened:
-            road = whole_road(opened, entry, so)
+            road = whole_road(opened, entry, so, accept_file, links_out)
             refs = opened.refs(progress="auto") if road is None else None  # a bar in a notebook when it takes seconds
-    if road is None:
-        if entry is not None:
-            keep_in_cache(refs, entry)
-        road = prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
-                        allowed_urls=None, trust=True, group=None, branch=None, snapshot=None).road()
-    return open_road(road)
+    if road is not None:
+        return road
+    if accept is not None:
+        accept(refs)
+    if entry is not None:
+        keep_in_cache(refs, entry)
+    return prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
+                    allowed_urls=None, trust=True, group=None, branch=None, snapshot=None)
 
 
-def whole_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any]) -> Road | None:
+def whole_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any],
+               accept_file: Callable[[Any], None] | None = None, links_out: bool = True) -> Road | None:
     """The road over the bytes of ``opened`` when its scan fetched all of the file and it has at least
     :data:`MIN_OBJECTS` objects (its index made beside into ``entry``, when given and a fork can make
-    it); None when the scan should run here as before.  ``options``: storage options to reach the file."""
+    it); None when the scan should run here as before.  ``options``: storage options to reach the file;
+    ``accept_file``, ``links_out``: see :func:`on_the_fly`."""
     src, seen = opened.src, opened.src.seen
     raw = src.cache
     if raw is None or not seen.complete or seen.objects < MIN_OBJECTS or not raw.holds_everything:
         return None
     if entry is not None and not can_index_beside():
         return None  # the scan runs here, so that its index is cached
+    if seen.external_links and not links_out:
+        return None
+    if accept_file is not None:
+        accept_file(src.h5)
     pages = Pages.kept_in_file(opened.options.page_size, src.size, seen.external_links,
                                sorted(seen.reads_elsewhere)).fetched(raw.everything())
     if entry is not None:

@@ -48,12 +48,14 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     """
     # what an open allocates lives as long as the file (refindex.gcpause)
     with held_for_open(), requested_early(target, storage_options, cache) as fetched:
-        if fetched is None and uncached_remote_hdf5(target, cache):
-            from ._beside import open_on_the_fly
+        from ._open import Road, open_road, prepared
 
-            return open_on_the_fly(target, storage_options=storage_options, remote_options=remote_options,
-                                   cache=cache)  # (an index made here from the file named: trusted, fresh)
-        from ._open import open_road, prepared
+        if fetched is None and uncached_remote_hdf5(target, cache):
+            from ._beside import on_the_fly
+
+            made = on_the_fly(target, storage_options=storage_options, remote_options=remote_options,
+                              cache=cache)  # (an index made here from the file named: trusted, fresh)
+            return open_road(made if isinstance(made, Road) else made.road())
 
         return open_road(prepared(target, storage_options=storage_options, remote_options=remote_options,
                                   check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
@@ -91,7 +93,7 @@ def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future |
 
 def uncached_remote_hdf5(target: Any, cache: CacheSetting) -> bool:
     """Is ``target`` an HDF5 file at a URL (by its name: ``.nwb``, ``.h5``...) whose index the cache
-    does not hold?  (Then it is scanned on the fly, :func:`~refindex.read.h5py_road.open_on_the_fly`.)"""
+    does not hold?  (Then it is scanned on the fly, :func:`~refindex.read.h5py_road.on_the_fly`.)"""
     if not isinstance(target, str) or kind_by_name(target) != "hdf5" or urls.is_local(target):
         return False
     from ...options import ScanOptions
