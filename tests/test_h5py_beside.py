@@ -101,8 +101,11 @@ def test_a_file_fetched_whole_opens_over_its_bytes_and_is_indexed_beside(many, t
         f.close()
 
 
-def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many, tmp_path):
+def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many, tmp_path, monkeypatch):
     path, server, url = many
+    children = []
+    real = _beside.index_beside
+    monkeypatch.setattr(_beside, "index_beside", lambda *a: children.append(real(*a)) or children[-1])
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
     f = refindex.h5py_file(url, cache=blocked / "cache")
@@ -111,7 +114,11 @@ def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many
             assert assert_same_h5(local, f) >= 182
     finally:
         f.close()
-    time.sleep(3)  # (the child has given up by then: the file is small)
+    assert len(children) == 1 and children[0] is not None
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{children[0]}").exists() and time.monotonic() < deadline:  # ended, and reaped
+        time.sleep(0.05)
+    assert not Path(f"/proc/{children[0]}").exists()
     assert not (blocked / "cache").exists()
 
 
