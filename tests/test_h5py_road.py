@@ -487,12 +487,18 @@ def test_in_file_pages_not_fetched_yet_serve_nothing(tmp_path):
 
 
 def test_a_small_file_opens_on_the_fly(site):
+    """Its pages are the whole file, which its scan's first round trip fetched: the road takes those bytes
+    (once the file was asked for again after its scan: one more round trip)."""
     folder, handler, base = site
     _small_file(folder / "small_fly.h5")
+    handler.log.clear()
     f = refindex.h5py_file(f"{base}/small_fly.h5", cache=False)
     try:
+        asked = [(method, rng) for method, path, rng in handler.log if path == "/small_fly.h5"]
+        assert len(asked) == 3 and sorted(m for m, _ in asked) == ["GET", "GET", "HEAD"], asked  # one round trip
         with h5py.File(folder / "small_fly.h5", "r") as want:
             assert_same_h5(want, f)
+        assert len(handler.log) == 3 and f.refindex_file.stats.from_source == 0
     finally:
         f.close()
 

@@ -57,6 +57,7 @@ class Prepared:
     read_options: ReadOptions | None = None
     icechunk: Any = None
     inline: InlineBytes | None = None  # a JSON index's inline chunks: the pages' holes are filled from them
+    held: bytes | None = None  # the whole file, when its scan just fetched it (a small file made on the fly)
 
     @property
     def external_links(self) -> bool:
@@ -72,12 +73,13 @@ class Prepared:
     def road(self) -> Road:
         """The road, once the freshness check passed.  The check's round trip runs in a thread
         while the pages are decoded: nothing is served before it has passed.  Pages kept in the
-        file (a small file) are the whole file, read in the check's round trip."""
+        file (a small file) are the whole file, read in the check's round trip (or ``held``)."""
         whole = _whole_file(self.pages_doc)
         if whole is not None:
-            fetched = self.check(also=[whole])
+            held = self.held if self.held is not None and len(self.held) == whole[1] else None
+            fetched = self.check(also=[whole] if held is None else [])
             return _road(self.prov, self.pages_doc, self.loader, self.options, self.label, self.own, self.inline,
-                         fetched.get(whole))
+                         held if held is not None else fetched.get(whole))
         return _checked_beside(self.check, lambda: _road(self.prov, self.pages_doc, self.loader, self.options,
                                                            self.label, self.own, self.inline))
 
