@@ -42,7 +42,6 @@ from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
 CHILD_SECONDS = 300  # the child making the index ends after this long, done or not
-HELD_MAX = 1 << 20  # a file scanned here up to this size hands its bytes to the road (used when its pages are in it)
 
 
 def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
@@ -63,9 +62,6 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
         with opened_for_scan(where, options) as opened:
             road = whole_road(opened, entry, so, accept_file, links_out)
             refs = opened.refs(progress="auto") if road is None else None  # a bar in a notebook when it takes seconds
-            raw = opened.src.cache
-            # a file small enough for its pages to be the whole file: the road takes the bytes the scan holds
-            held = raw.everything() if raw is not None and raw.holds_everything and raw.size <= HELD_MAX else None
     if road is not None:
         return road
     if accept is not None:
@@ -74,7 +70,9 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
         keep_in_cache(refs, entry)
     prep = prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
                     allowed_urls=None, trust=True, group=None, branch=None, snapshot=None)
-    prep.held = held
+    raw = opened.src.cache
+    if isinstance(prep.pages_doc, dict) and prep.pages_doc.get("in_file") and raw is not None and raw.holds_everything:
+        prep.held = raw.everything()  # pages that are the whole file: the bytes the scan holds, not fetched again
     return prep
 
 
