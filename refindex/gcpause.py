@@ -37,7 +37,9 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", Future, list[Future])  # what a fetch started: its future, or one per range
 
 _LOCK = threading.Lock()
 _COUNT = 0  # holds in force, in every thread
@@ -108,20 +110,27 @@ def collections_allowed() -> Iterator[None]:
         _MINE.n = n
 
 
-def held_while_fetching(start: Callable[..., Future], *args: Any) -> Future:
-    """``start(*args)``: a fetch that runs in other threads, with collection held until it is done
-    (libhdf5 may ask for its bytes at any moment, with h5py's lock held).  Let go :data:`SETTLE`
-    seconds later from a timer thread: the threads that completed the fetch (fsspec's event loop,
-    a pool's) still run their own bookkeeping after it, and a collection starting there then
-    could be what libhdf5's next wait waits for."""
+def held_while_fetching(start: Callable[..., F], *args: Any) -> F:
+    """``start(*args)``: a fetch that runs in other threads (its future, or a list of them), with
+    collection held until it is done (libhdf5 may ask for its bytes at any moment, with h5py's
+    lock held).  Let go :data:`SETTLE` seconds later from a timer thread: the threads that
+    completed the fetch (fsspec's event loop, a pool's) still run their own bookkeeping after it,
+    and a collection starting there then could be what libhdf5's next wait waits for."""
     _take(1)
     try:
-        future = start(*args)
+        started = start(*args)
     except BaseException:
         _give(1)
         raise
+    futures: list[Future] = started if isinstance(started, list) else [started]
+    left = [len(futures)]
+    lock = threading.Lock()
 
     def done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
         try:
             timer = threading.Timer(SETTLE, _give, (1,))
             timer.daemon = True
@@ -129,8 +138,11 @@ def held_while_fetching(start: Callable[..., Future], *args: Any) -> Future:
         except RuntimeError:  # the interpreter is shutting down
             _give(1)
 
-    future.add_done_callback(done)
-    return future
+    if not futures:
+        _give(1)
+    for future in futures:
+        future.add_done_callback(done)
+    return started
 
 
 def _after_fork() -> None:

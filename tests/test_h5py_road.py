@@ -532,6 +532,16 @@ def test_h5py_file_over_s3(tmp_path, nwb_files):
             assert stats(f).fetch.requests == 0  # every read from the bytes the check brought
         finally:
             f.close()
+        from refindex.source import RangeFetcher  # the read-ahead's batches, on s3fs's event loop
+
+        data = fs.cat_file("road/session.nwb")
+        ranges = [(0, 1000), (1500, 2000), (len(data) - 5000, len(data))]  # the first two share a request
+        fetcher = RangeFetcher("s3://road/session.nwb", so)
+        try:
+            assert [bytes(x.result(timeout=30)) for x in fetcher.start_each(ranges)] == [data[a:b] for a, b in ranges]
+            assert (fetcher.stats.round_trips, fetcher.stats.requests) == (1, 2)
+        finally:
+            fetcher.close()
 
 
 # ---------------------------------------------------------------- garbage collection during an open
@@ -693,6 +703,29 @@ def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path)
 
     starts, ends = pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
     assert int((ends - starts).sum()) > INDEX_MAX
+
+
+def test_a_fetch_of_one_future_per_range_holds_collection_until_its_last_range():
+    import gc
+    from concurrent.futures import Future
+
+    from refindex.gcpause import held_while_fetching
+
+    def released() -> bool:
+        deadline = time.monotonic() + 5
+        while not gc.isenabled() and time.monotonic() < deadline:  # let go a moment after the fetch is done
+            time.sleep(0.05)
+        return gc.isenabled()
+
+    assert gc.isenabled()
+    futures: list[Future] = [Future(), Future()]
+    assert held_while_fetching(lambda: futures) is futures
+    futures[0].set_result(b"")
+    time.sleep(0.5)  # (the hold outlasts a fetch by SETTLE = 0.25 s)
+    assert not gc.isenabled()  # one range is still on its way
+    futures[1].set_result(b"")
+    assert released()
+    assert held_while_fetching(lambda: []) == [] and released()  # nothing to wait for: nothing held
 
 
 def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():

@@ -417,12 +417,46 @@ def test_the_h5py_roads_fetcher_reads_few_ranges_itself_and_many_through_fsspec(
         try:
             few = [(0, 100), (5000, 9000)]
             many = [(i * 60_000, i * 60_000 + 1000) for i in range(40)]
-            whole = [(0, len(big))]  # one range of 3 MiB: fetched in 6 parts side by side
+            whole = [(0, len(big))]  # one range of 3 MiB, waited for: fetched in 12 parts side by side
             for ranges in (few, many, whole):
                 assert fetcher.fetch(ranges) == [big[a:b] for a, b in ranges]
         finally:
             fetcher.close()
-    assert batches == [2, 40, 6]
+    assert batches == [2, 40, 12]
+
+
+def test_each_range_of_a_batch_is_served_when_its_own_request_arrives(tmp_path):
+    """The h5py road's read-ahead asks for a window of chunks in one round trip; libhdf5 decodes
+    the first while the others travel, so each range has its own future, done with its request."""
+    import threading
+
+    from refindex.source import RangeFetcher
+
+    big = bytes(np.random.default_rng(4).integers(0, 256, 3 << 20, dtype=np.uint8))
+    ranges = [(0, 300_000), (300_000, 310_000), (2_000_000, 2_600_000)]  # the first two share a request
+    with webserver.serve() as server:
+        url = server.put("big.bin", big)
+        server.held[("big.bin", 2_000_000)] = go = threading.Event()
+        fetcher = RangeFetcher(url)
+        try:
+            futures = fetcher.start_each(ranges)
+            assert [bytes(f.result(timeout=20)) for f in futures[:2]] == [big[a:b] for a, b in ranges[:2]]
+            assert not futures[2].done()  # held by the server: the others did not wait for it
+            assert fetcher.stats.round_trips == 0  # the round trip ends with its last request
+            go.set()
+            assert bytes(futures[2].result(timeout=20)) == big[2_000_000:2_600_000]
+            assert (fetcher.stats.round_trips, fetcher.stats.requests) == (1, 2)
+            assert fetcher.stats.bytes_fetched == 310_000 + 600_000
+        finally:
+            go.set()
+            fetcher.close()
+    (tmp_path / "big.bin").write_bytes(big)
+    local = RangeFetcher(str(tmp_path / "big.bin"))
+    try:
+        assert [bytes(f.result()) for f in local.start_each(ranges)] == [big[a:b] for a, b in ranges]
+        assert local.start_each([]) == []
+    finally:
+        local.close()
 
 
 def test_connections_the_server_let_go_while_idle_are_replaced():

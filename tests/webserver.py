@@ -8,7 +8,8 @@ answer back (a slow server); ``idle`` closes a kept connection that waits longer
 its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a certificate of
 :func:`self_signed`); ``server.requests`` logs (method, path, Range).  A name can also be answered
 with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
-gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``).
+gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be held
+back until the test lets it go (``server.held[(name, start)] = threading.Event()``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Server:
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     redirects: dict[str, str] = field(default_factory=dict)  # name -> the URL a 302 points to
     statuses: dict[str, int] = field(default_factory=dict)  # name -> the error status it answers
+    held: dict[tuple[str, int], threading.Event] = field(default_factory=dict)  # (name, range start) -> go
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -85,6 +87,8 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
                 else:  # a suffix range: the last b bytes
                     start, end = max(0, len(data) - int(b)), len(data)
                 data, status, part = data[start:end], 206, f"bytes {start}-{end - 1}/{len(data)}"
+                if (name, start) in server.held:
+                    server.held[(name, start)].wait(30)
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
             if part and content_range:

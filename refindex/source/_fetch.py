@@ -5,9 +5,11 @@ fetching them while it decodes what it has.  :class:`RangeFetcher` fetches a lis
 as one round trip of concurrent requests (ranges above :data:`SPLIT_ABOVE` in parts side by
 side: object stores serve each connection at a bounded rate), retried on transient
 failures and counted in the same :class:`ReadStats` as the block cache.  ``start`` returns
-a ``concurrent.futures.Future``: async filesystems (s3, gcs, http batches of more than 16
-parts) run the requests on fsspec's own event loop thread; others (smaller http batches,
-through refindex's own requests) in a small thread pool; local files are read with ``os.pread``.
+a ``concurrent.futures.Future`` for all of them; ``start_each`` one per range, done when that
+range's own request is, so a reader decodes the first chunks of a batch while the rest travel.
+Async filesystems (s3, gcs, http batches of more than 16 parts) run the requests on fsspec's
+own event loop thread; others (smaller http batches, through refindex's own requests) in a
+thread pool; local files are read with ``os.pread``.
 """
 
 from __future__ import annotations
@@ -21,25 +23,58 @@ from typing import Any
 
 from .. import urls
 from ..errors import SourceError
-from ._cache import ReadStats
+from ._cache import ReadStats, merge_ranges
 from ._open import quick_filesystem
 from ._retry import is_transient, retry_policy, with_retries
 
-SPLIT_ABOVE, PART_BYTES, MAX_PARTS = 1 << 20, 512 << 10, 16
+PART_BYTES, MAX_PARTS = 512 << 10, 16  # a range above two parts goes in parts side by side, at most 16
+SPLIT_ABOVE = 2 * PART_BYTES
+WAITED_PART = 256 << 10  # parts of a range the reader is waiting for (``start(..., waited=True)``)
+MERGE_GAP = 64 << 10  # ranges this close share a request in start_each (the gap costs less than a request)
 
 Ranges = list[tuple[int, int]]
 
 
-def split_ranges(ranges: Ranges) -> tuple[Ranges, list[list[int]]]:
-    """Large ranges cut into parts fetched side by side: (parts, the part numbers of each range)."""
+def split_ranges(ranges: Ranges, cut: tuple[int, int] = (PART_BYTES, MAX_PARTS)) -> tuple[Ranges, list[list[int]]]:
+    """Ranges above two parts cut into parts fetched side by side, ``cut`` = (part size, most parts
+    of a range): (parts, the part numbers of each range)."""
+    part, most = cut
     parts: Ranges = []
     owner: list[list[int]] = []
     for a, b in ranges:
-        n = 1 if b - a <= SPLIT_ABOVE else min(MAX_PARTS, -(-(b - a) // PART_BYTES))
+        n = 1 if b - a <= 2 * part else min(most, -(-(b - a) // part))
         step = -(-(b - a) // n)
         owner.append(list(range(len(parts), len(parts) + n)))
         parts += [(x, min(b, x + step)) for x in range(a, b, step)]
     return parts, owner
+
+
+class _Trip:
+    """The requests of one ``start_each``: counted as one round trip when the last one is done."""
+
+    def __init__(self, n: int):
+        self.left = n
+        self.t0 = time.perf_counter()
+
+    def last(self) -> bool:
+        self.left -= 1  # (under the fetcher's lock)
+        return self.left == 0
+
+
+def _slice_of(span: "Future[list[bytes]]", at: int, n: int) -> "Future[bytes]":
+    """A future for the ``n`` bytes at ``at`` of a span's future (no copy: a view when a part)."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            data = f.result()[0]
+        except BaseException as e:  # noqa: BLE001 - the span's failure is each of its ranges'
+            out.set_exception(e)
+            return
+        out.set_result(data if at == 0 and n == len(data) else memoryview(data)[at: at + n])
+
+    span.add_done_callback(done)
+    return out
 
 
 class RangeFetcher:
@@ -81,10 +116,12 @@ class RangeFetcher:
         """The bytes of ``ranges``, now."""
         if self.local:
             return [self._pread(a, b) for a, b in ranges]
-        return self.start(ranges).result()
+        return self.start(ranges, waited=True).result()
 
-    def start(self, ranges: Ranges) -> "Future[list[bytes]]":
-        """Start fetching ``ranges`` in the background; the future gives their bytes (or the error)."""
+    def start(self, ranges: Ranges, waited: bool = False) -> "Future[list[bytes]]":
+        """Start fetching ``ranges`` in the background; the future gives their bytes (or the error).
+        ``waited``: the caller waits for them at once, so each goes in parts of :data:`WAITED_PART`
+        (a connection's rate is bounded; a read-ahead's ranges have time to travel at it)."""
         if self.local:
             fut: Future = Future()
             try:
@@ -92,14 +129,45 @@ class RangeFetcher:
             except BaseException as e:  # noqa: BLE001
                 fut.set_exception(e)
             return fut
+        cut = (WAITED_PART if waited else PART_BYTES, MAX_PARTS)
         fs = self.fs
         if hasattr(fs, "for_many"):  # a few ranges through refindex's own requests, a large batch through fsspec
-            fs = fs.for_many(len(split_ranges(ranges)[0]), sum(b - a for a, b in ranges))
+            fs = fs.for_many(len(split_ranges(ranges, cut)[0]), sum(b - a for a, b in ranges))
         if getattr(fs, "async_impl", False):
-            return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges), fs.loop)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(4, thread_name_prefix="refindex-fetch")
-        return self._pool.submit(self._fetch_sync, fs, ranges)
+            return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges, None, cut), fs.loop)
+        return self._threads().submit(self._fetch_sync, fs, ranges, None, cut)
+
+    def start_each(self, ranges: Ranges) -> "list[Future[bytes]]":
+        """Start fetching ``ranges`` as one round trip, with a future for each that is done when
+        its own request is (the bytes, a ``memoryview`` where it shares a request).  Ranges within
+        :data:`MERGE_GAP` share a request of up to :data:`PART_BYTES` or a :data:`MAX_PARTS`-th of
+        the batch: as many requests as ``start`` would make of the ranges merged."""
+        if not ranges:
+            return []
+        total = sum(b - a for a, b in ranges)
+        spans, where = merge_ranges([a for a, _ in ranges], [b - a for a, b in ranges], max_gap=MERGE_GAP,
+                                    max_span=max(PART_BYTES, -(-total // MAX_PARTS)))
+        if self.local:
+            fetched = [self.start([span]) for span in spans]
+        else:
+            cut = (PART_BYTES, max(1, -(-MAX_PARTS // len(spans))))  # a few large spans: in parts, as start's
+            fs = self.fs
+            if hasattr(fs, "for_many"):
+                fs = fs.for_many(len(split_ranges(spans, cut)[0]), total)
+            trip = _Trip(len(spans))
+            if getattr(fs, "async_impl", False):
+                fetched = [asyncio.run_coroutine_threadsafe(self._fetch_async(fs, [span], trip, cut), fs.loop)
+                           for span in spans]
+            else:
+                pool = self._threads()
+                fetched = [pool.submit(self._fetch_sync, fs, [span], trip, cut) for span in spans]
+        return [_slice_of(fetched[i], at, b - a) for (a, b), (i, at) in zip(ranges, where)]
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:  # threads are made as requests wait for one, up to MAX_PARTS
+                self._pool = ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="refindex-fetch")
+            return self._pool
 
     def _pread(self, a: int, b: int) -> bytes:
         data = os.pread(self._fd, b - a, a)
@@ -107,12 +175,13 @@ class RangeFetcher:
             raise SourceError(f"short read at {a}: got {len(data)} of {b - a} bytes", file=self.url)
         return data
 
-    def _count(self, t0: float, parts: Ranges) -> None:
+    def _count(self, t0: float, parts: Ranges, trip: _Trip | None = None) -> None:
         with self._lock:
-            self.stats.round_trips += 1
             self.stats.requests += len(parts)
             self.stats.bytes_fetched += sum(b - a for a, b in parts)
-            self.stats.seconds += time.perf_counter() - t0
+            if trip is None or trip.last():
+                self.stats.round_trips += 1
+                self.stats.seconds += time.perf_counter() - (trip.t0 if trip else t0)
 
     def _joined(self, ranges: Ranges, owner: list[list[int]], pieces: list[Any], parts: Ranges) -> list[bytes]:
         for (a, b), d in zip(parts, pieces):
@@ -122,8 +191,9 @@ class RangeFetcher:
                 raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=self.url)
         return [pieces[own[0]] if len(own) == 1 else b"".join(pieces[i] for i in own) for own in owner]
 
-    async def _fetch_async(self, fs: Any, ranges: Ranges) -> list[bytes]:
-        parts, owner = split_ranges(ranges)
+    async def _fetch_async(self, fs: Any, ranges: Ranges, trip: _Trip | None = None,
+                           cut: tuple[int, int] = (PART_BYTES, MAX_PARTS)) -> list[bytes]:
+        parts, owner = split_ranges(ranges, cut)
         t0 = time.perf_counter()
         for delay in [*retry_policy.delays(), None]:
             try:
@@ -137,16 +207,17 @@ class RangeFetcher:
                 if delay is None or not is_transient(e):
                     raise SourceError(f"could not read bytes of {len(ranges)} range(s): {e}", file=self.url) from e
                 await asyncio.sleep(delay)
-        self._count(t0, parts)
+        self._count(t0, parts, trip)
         return self._joined(ranges, owner, pieces, parts)
 
-    def _fetch_sync(self, fs: Any, ranges: Ranges) -> list[bytes]:
-        parts, owner = split_ranges(ranges)
+    def _fetch_sync(self, fs: Any, ranges: Ranges, trip: _Trip | None = None,
+                    cut: tuple[int, int] = (PART_BYTES, MAX_PARTS)) -> list[bytes]:
+        parts, owner = split_ranges(ranges, cut)
         t0 = time.perf_counter()
         try:
             pieces = with_retries(fs.cat_ranges, [self.path] * len(parts), [a for a, _ in parts],
                                   [b for _, b in parts])
         except Exception as e:  # noqa: BLE001 - any backend's failure
             raise SourceError(f"could not read bytes of {len(ranges)} range(s): {e}", file=self.url) from e
-        self._count(t0, parts)
+        self._count(t0, parts, trip)
         return self._joined(ranges, owner, pieces, parts)

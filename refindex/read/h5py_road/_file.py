@@ -9,6 +9,7 @@ read is served, in this order:
    that chunk is fetched and, in the same round trip, the chunks libhdf5 will ask for
    next (the following ones of that array, or every ``stride``-th when the reads skip),
    a window that doubles while the reads keep in step, so decoding overlaps the transfer;
+   each chunk is served as soon as its own request has arrived, not the window's last;
 3. from the nodes of a chunk index too large to carry in the pages: all of its nodes are
    fetched in one round trip the first time a read needs one of them;
 4. otherwise from the source: large reads as they are (in parts side by side), small ones
@@ -83,11 +84,11 @@ class ReadAhead:
         self.fetcher = fetcher
         self.chunks = chunks
         self.starts: list[int] = []  # buffered chunk starts, sorted
-        self.buffers: dict[int, tuple[int, Future, int, int, str, int]] = {}  # start -> (end, fut, span, at, path, k)
+        self.buffers: dict[int, tuple[int, Future, str, int]] = {}  # chunk start -> (end, its bytes, path, k)
         self.held = 0
         self.lanes: dict[str, _Lane] = {}
 
-    def read(self, start: int, end: int) -> bytes | None:
+    def read(self, start: int, end: int) -> bytes | memoryview | None:
         """The bytes ``start:end`` when they are (or can be) read ahead; None: not a known chunk."""
         hit = self._buffered(start, end)
         if hit is not None:
@@ -101,27 +102,27 @@ class ReadAhead:
         lane = self.lanes.setdefault(run.path, _Lane())
         self._step(lane, k)
         lane.frontier = k + lane.stride
-        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))])
+        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)
         self._schedule(run, lane)
         return own.result()[0][: end - start]
 
-    def _buffered(self, start: int, end: int) -> tuple[bytes, str, int] | None:
+    def _buffered(self, start: int, end: int) -> tuple[bytes | memoryview, str, int] | None:
         i = bisect_right(self.starts, start) - 1
         if i < 0:
             return None
         b_start = self.starts[i]
-        b_end, fut, span, at, path, k = self.buffers[b_start]
+        b_end, fut, path, k = self.buffers[b_start]
         if end > b_end:
             return None
         try:
-            whole = fut.result()[span]
+            whole = fut.result()
         except Exception:  # noqa: BLE001 - a failed read-ahead: the read goes to the source, which reports errors
             self._drop(b_start)
             return None
         if start == b_start and end == b_end:  # libhdf5 read the chunk: it will not ask again
             self._drop(b_start)
-        lo = at + start - b_start
-        return whole[lo: lo + end - start], path, k
+            return whole, path, k
+        return whole[start - b_start: end - b_start], path, k
 
     def _drop(self, start: int) -> None:
         end = self.buffers.pop(start)[0]
@@ -162,13 +163,12 @@ class ReadAhead:
         if not picks:
             return
         offsets = [int(run.offsets[i]) for i in picks]
-        sizes = [int(run.sizes[i]) for i in picks]
-        spans, where = merge_ranges(offsets, sizes, max_gap=64 << 10, max_span=MAX_AHEAD)
-        fut = held_while_fetching(self.fetcher.start, spans)  # refindex.gcpause
-        for i, o, n_, (span, at) in zip(picks, offsets, sizes, where):
-            self.buffers[o] = (o + n_, fut, span, at, run.path, i)
+        ends = [o + int(run.sizes[i]) for i, o in zip(picks, offsets)]
+        futures = held_while_fetching(self.fetcher.start_each, list(zip(offsets, ends)))  # refindex.gcpause
+        for i, o, e, fut in zip(picks, offsets, ends, futures):
+            self.buffers[o] = (e, fut, run.path, i)
             insort(self.starts, o)
-            self.held += n_
+            self.held += e - o
 
 
 class IndexedFile(io.RawIOBase):
