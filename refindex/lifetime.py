@@ -3,7 +3,8 @@
 ``refindex scan`` runs its work in a forked child (:mod:`refindex.forked`), which a parent's
 timer kills when it overruns.  When the parent itself is killed (``kill -9``, an OOM kill, a
 closed terminal), nothing would stop the child: it would write its output later, unasked.
-:func:`die_with_parent` makes the kernel kill it then (Linux ``PR_SET_PDEATHSIG``), and
+:func:`die_with_parent` makes the kernel kill it then (Linux ``PR_SET_PDEATHSIG``; a child
+that must outlive the thread that forked it watches a pipe, :func:`exit_with_process`), and
 :func:`clean_after` leaves a tiny sentinel process behind that removes the temporary files
 the dead child had started (it cannot do that itself: a killed process runs no code).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -19,7 +21,8 @@ PR_SET_PDEATHSIG = 1
 
 def die_with_parent(parent: int) -> None:
     """Linux: this process is killed (SIGKILL) when its parent ``parent`` dies; it ends at once
-    when the parent is gone already.  Elsewhere nothing happens."""
+    when the parent is gone already.  Elsewhere nothing happens.  (The kernel's "parent" is the
+    thread that forked: a child that must outlive that thread uses :func:`exit_with_process`.)"""
     try:
         import ctypes
 
@@ -28,6 +31,35 @@ def die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:  # it died before that took effect
         os._exit(1)
+
+
+def process_pipe() -> tuple[int, int]:
+    """A pipe whose write end this process keeps (and closes once the child it is for has ended):
+    a child forked after it learns from its read end that this process ended, whatever thread
+    forked it (:func:`exit_with_process`)."""
+    return os.pipe()
+
+
+def exit_with_process(pipe: tuple[int, int]) -> None:
+    """In a child forked after :func:`process_pipe`: end (``os._exit``) as soon as the process that
+    made the pipe has ended, every thread of it.  A thread waits for the end of file that comes
+    when no process keeps the write end (another child the parent forked meanwhile keeps it open
+    too, until it ends: give the child a time limit of its own as well)."""
+    r, w = pipe
+    os.close(w)
+
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(r, 1):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        os._exit(1)
+
+    threading.Thread(target=watch, name="refindex-parent-watch", daemon=True).start()
 
 
 def clean_after(cleanup: Callable[[int], None]) -> int | None:

@@ -122,6 +122,70 @@ def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many
     assert not (blocked / "cache").exists()
 
 
+def _slow_child(monkeypatch, seconds: float) -> None:
+    """The child takes ``seconds`` before it writes (it is a fork: what is patched here, it runs)."""
+    real = _beside.keep_in_cache
+    monkeypatch.setattr(_beside, "keep_in_cache", lambda *a: time.sleep(seconds) or real(*a))
+
+
+def test_the_child_outlives_the_thread_that_opened(many, tmp_path, monkeypatch):
+    """A pool's worker thread opens and ends at once: the index is still made (Linux's parent-death
+    signal is tied to the thread that forked, which would kill the child with it)."""
+    import threading
+
+    path, server, url = many
+    _slow_child(monkeypatch, 1.0)
+    cache = tmp_path / "cache"
+    read = {}
+
+    def worker():
+        with refindex.h5py_file(url, cache=cache) as f:
+            read["n"] = int(f["series_007/data"].shape[0])
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert read == {"n": 500} and not list(cache.glob("*.refs.json"))  # the thread is gone, the child is not
+    assert json.loads(_entry(cache).read_text()) == json.loads(json.dumps(refindex.scan(url)))
+
+
+def test_the_child_ends_with_the_process_that_opened(many, tmp_path, monkeypatch):
+    import os
+
+    path, server, url = many
+    _slow_child(monkeypatch, 3.0)
+    cache = tmp_path / "cache"
+    r, w = os.pipe()
+    opener = os.fork()
+    if opener == 0:  # a user's script: opens, reads, exits at once
+        code = 1
+        try:
+            monkeypatch.setattr(_beside, "index_beside", lambda *a, real=_beside.index_beside:
+                                os.write(w, str(real(*a)).encode()) and None)
+            with refindex.h5py_file(url, cache=cache) as f:
+                code = 0 if f["series_001/data"].shape == (500,) else 2
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as told:
+        child = int(told.read())
+    _, status = os.waitpid(opener, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+    def running() -> bool:
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running()  # ended with the process, before it could write
+    time.sleep(3.5)
+    assert not cache.exists() or not list(cache.glob("*.refs.json"))
+
+
 def test_what_h5py_cannot_follow_is_told_as_the_index_tells_it(tmp_path, monkeypatch):
     """Links into other files and virtual datasets with sources in other files, which h5py's file-object
     driver cannot open: the same warnings as the road over the file's index, and a followed external

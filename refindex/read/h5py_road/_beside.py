@@ -14,10 +14,11 @@ sources are other files, which h5py's file-object driver cannot open.
 The index is wanted only for the local cache (so that the next open is two requests, not a
 scan).  It is made by a forked child the open never waits for, as the split walk's helper
 is (:mod:`refindex.scanner._split`): the child reads only the bytes in memory (a fork
-cannot fetch: the cache refuses), writes the cache entry atomically and ends; it is killed
-after :data:`CHILD_SECONDS` and with its parent (Linux), and nothing the caller reads
-depends on it: when it fails, dies or is not done before the process ends, the cache
-stays empty and the next open scans.  With ``cache=False`` there is no child at all.
+cannot fetch: the cache refuses), writes the cache entry atomically and ends; it ends after
+:data:`CHILD_SECONDS` and when this process ends (not with the thread that opened, which may be
+a worker that ends at once), and nothing the caller reads depends on it: when it fails, dies
+or is not done before the process ends, the cache stays empty and the next open scans.  With
+``cache=False`` there is no child at all.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from ... import urls
 from ...gcpause import collections_allowed
-from ...lifetime import die_with_parent
+from ...lifetime import exit_with_process, process_pipe
 from ...model import Pages
 from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
@@ -108,15 +109,20 @@ def can_index_beside() -> bool:
 def index_beside(opened: OpenedScan, entry: Path) -> int | None:
     """Fork the child that makes the index of ``opened`` and keeps it in ``entry``; its pid (None when
     no child could be made).  The child is reaped by a thread of this process, never waited for."""
-    parent = os.getpid()
+    try:
+        pipe = process_pipe()
+    except OSError:  # no file descriptors left
+        return None
     try:
         pid = os.fork()
     except OSError:  # no memory for a copy, too many processes
+        os.close(pipe[0])
+        os.close(pipe[1])
         return None
     if pid == 0:  # the child: whatever happens, it ends here, never back in the caller's code
         code = 1
         try:
-            die_with_parent(parent)
+            exit_with_process(pipe)  # (with this process: the thread that called may end at once)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not a handler of the caller's
             signal.alarm(CHILD_SECONDS)
             quiet = os.open(os.devnull, os.O_WRONLY)
@@ -128,12 +134,14 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
             code = 0
         finally:
             os._exit(code)
-    threading.Thread(target=_reap, args=(pid,), name="refindex-index-beside", daemon=True).start()
+    os.close(pipe[0])
+    threading.Thread(target=_reap, args=(pid, pipe[1]), name="refindex-index-beside", daemon=True).start()
     return pid
 
 
-def _reap(pid: int) -> None:
+def _reap(pid: int, pipe_end: int) -> None:
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:  # reaped elsewhere (a caller's SIGCHLD handler)
         pass
+    os.close(pipe_end)
