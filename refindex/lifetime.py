@@ -33,6 +33,16 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def silenced(*fds: int) -> None:
+    """The descriptors ``fds`` (of a forked helper: its stdout, stderr) go to the null device:
+    warnings, libhdf5's messages and progress bars there are nobody's to read."""
+    quiet = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        os.dup2(quiet, fd)
+    if quiet not in fds:
+        os.close(quiet)
+
+
 def process_pipe() -> tuple[int, int]:
     """A pipe whose write end this process keeps (and closes once the child it is for has ended):
     a child forked after it learns from its read end that this process ended, whatever thread
@@ -86,9 +96,7 @@ def clean_after(cleanup: Callable[[int], None]) -> int | None:
         os.closerange(r + 1, _max_fd())
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)  # what ends the group ends the worker; this one cleans up after
-        quiet = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(quiet, fd)
+        silenced(0, 1, 2)
         if os.read(r, 1) != b"1":  # the worker ended without saying it finished
             cleanup(worker)
     except BaseException:  # noqa: BLE001 - the sentinel never returns into the caller's code

@@ -36,7 +36,7 @@ import sys
 import warnings
 from typing import Callable, NoReturn
 
-from ..lifetime import die_with_parent
+from ..lifetime import die_with_parent, silenced
 from ..model import Tree
 from ..progress import NoProgress
 from ._context import ScanContext
@@ -109,9 +109,7 @@ def _help(ctx: ScanContext, groups: list[str], visit: Visit, w: int) -> NoReturn
     """The helper: visit groups from the last one backwards, send each group's part of the tree."""
     code = 1
     try:
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, 1)  # warnings, libhdf5 messages, progress bars: the parent's to show
-        os.dup2(quiet, 2)
+        silenced(1, 2)  # warnings, libhdf5 messages, progress bars: the parent's to show
         counted = _Counted()
         ctx.progress = counted
         if ctx.recorder is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from ... import urls
 from ...gcpause import collections_allowed
-from ...lifetime import exit_with_process, process_pipe
+from ...lifetime import exit_with_process, process_pipe, silenced
 from ...model import Pages
 from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
@@ -125,9 +125,7 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
             exit_with_process(pipe)  # (with this process: the thread that called may end at once)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not a handler of the caller's
             signal.alarm(CHILD_SECONDS)
-            quiet = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(quiet, 1)  # warnings, libhdf5 messages: nobody reads them
-            os.dup2(quiet, 2)
+            silenced(1, 2)
             mine = OpenedScan(opened.src, opened.options.but(split_walk=False), opened.recorder)
             with collections_allowed():  # a scan makes garbage
                 keep_in_cache(mine.refs(), entry)
