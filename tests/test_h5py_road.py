@@ -340,6 +340,41 @@ def test_data_reads_fetch_the_next_chunks_ahead_concurrently(site):
         f.close()
 
 
+def test_reads_in_any_order_and_stride_are_the_files_bytes(site):
+    """The read-ahead guesses the next chunks from the reads' steps; whatever the guess, each read
+    must be the file's: strides over chunks, backwards, again, parts of chunks, scattered rows."""
+    folder, handler, base = site
+    rng = np.random.default_rng(11)
+    with h5py.File(folder / "data.h5", "r") as want_file, refindex.h5py_file(f"{base}/data.h5.json") as f:
+        want, got = want_file["data"], f["data"]
+        selections = [np.s_[50::250], np.s_[::300, 2], np.s_[3900:4000], np.s_[3900:4000], np.s_[10:20, 1:3]]
+        selections += [np.s_[k * 100 + 7: k * 100 + 93] for k in range(39, -1, -3)]  # backwards, skipping
+        selections += [np.sort(rng.choice(4000, 60, replace=False)), np.s_[:]]
+        for sel in selections:
+            np.testing.assert_array_equal(got[sel], want[sel], err_msg=str(sel))
+        assert stats(f).from_ahead > 0
+
+
+def test_chunks_above_a_part_read_as_the_file_does(tmp_path):
+    """Chunks of 640 KB: the one libhdf5 waits for comes in parts side by side, each ahead alone."""
+    rng = np.random.default_rng(12)
+    path = tmp_path / "big_chunks.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=rng.integers(0, 1 << 30, (200_000, 8), dtype="i4"), chunks=(20_000, 8))
+    with webserver.serve() as server:
+        url = server.put("big_chunks.h5", path.read_bytes())
+        with h5py.File(path, "r") as want, refindex.h5py_file(refindex.scan(url)) as f:
+            first = want["x"].id.get_chunk_info(0)
+            asked = len(server.requests)
+            np.testing.assert_array_equal(f["x"][5:7], want["x"][5:7])
+            starts = [int(r[6:].split("-")[0]) for m, _, r in server.requests[asked:] if m == "GET" and r]
+            in_first = [a for a in starts if first.byte_offset <= a < first.byte_offset + first.size]
+            assert len(in_first) == 3  # the chunk libhdf5 waits for, in three parts of up to 256 KiB
+            for sel in (np.s_[:], np.s_[::40_000], np.s_[150_000:190_000, 3], np.s_[5:7]):
+                np.testing.assert_array_equal(f["x"][sel], want["x"][sel], err_msg=str(sel))
+            assert stats(f).from_ahead >= 9
+
+
 def test_on_the_fly_the_file_is_scanned_first(site, tmp_path):
     folder, handler, base = site
     f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))
