@@ -22,14 +22,11 @@ from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Sto
 from zarr.core.buffer import Buffer, BufferPrototype
 
 from ..errors import SourceError
-from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, whole_file
+from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, split_ranges, whole_file
 from ._urlcheck import expand_url
 
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
 MERGE_SPAN = 32 << 20
-# Object stores serve each connection at a bounded rate (tens of MB/s): a large range goes
-# faster as parts fetched side by side.
-SPLIT_ABOVE, PART_BYTES, MAX_PARTS = 1 << 20, 512 << 10, 16
 
 
 @dataclass
@@ -254,7 +251,7 @@ class IndexStore(Store):
     async def _fetch_merged(self, url: str, items: list[tuple[int, int, str, asyncio.Future]]) -> None:
         spans, where = merge_ranges([a for a, _, _, _ in items], [b - a for a, b, _, _ in items],
                                     max_gap=MERGE_GAP, max_span=MERGE_SPAN)
-        parts, owner = _split(spans)
+        parts, owner = split_ranges(spans)  # (object stores serve a connection at a bounded rate)
         try:
             pieces = [ranged(d, a, b, url) for (a, b), d in zip(parts, await _with_retries(self._read_ranges, url, parts))]
             datas = [b"".join(pieces[i] for i in owned) for owned in owner]
@@ -284,18 +281,6 @@ async def _taken(fut: asyncio.Future) -> bytes | None:
         return await fut
     except Exception:
         return None
-
-
-def _split(spans: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[list[int]]]:
-    """Large spans cut into parts fetched side by side: (parts, the part numbers of each span)."""
-    parts: list[tuple[int, int]] = []
-    owner: list[list[int]] = []
-    for a, b in spans:
-        n = 1 if b - a <= SPLIT_ABOVE else min(MAX_PARTS, -(-(b - a) // PART_BYTES))
-        step = -(-(b - a) // n)
-        owner.append(list(range(len(parts), len(parts) + n)))
-        parts += [(x, min(b, x + step)) for x in range(a, b, step)]
-    return parts, owner
 
 
 def _cut(data: bytes, byte_range: ByteRequest | None) -> bytes:
