@@ -459,6 +459,37 @@ def test_each_range_of_a_batch_is_served_when_its_own_request_arrives(tmp_path):
         local.close()
 
 
+def test_fetchers_of_many_open_files_share_one_pool_of_threads():
+    """A script that reads ahead in a hundred files it never closes keeps a bounded number of
+    threads; a forked child (multiprocessing, Dask) fetches with threads of its own."""
+    import os
+    import threading
+
+    from refindex.source import RangeFetcher
+    from refindex.source._fetch import SIDE_BY_SIDE
+
+    big = bytes(np.random.default_rng(5).integers(0, 256, 1 << 20, dtype=np.uint8))
+    ranges = [(i << 16, (i << 16) + 40_000) for i in range(16)]  # sixteen requests each
+    with webserver.serve() as server:
+        url = server.put("big.bin", big)
+        fetchers = [RangeFetcher(url) for _ in range(100)]
+        batches = [f.start_each(ranges) for f in fetchers]
+        for futures in batches:
+            assert [bytes(x.result(timeout=30)) for x in futures] == [big[a:b] for a, b in ranges]
+        ours = [t for t in threading.enumerate() if t.name.startswith("refindex-fetch")]
+        assert 0 < len(ours) <= SIDE_BY_SIDE
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                got = [bytes(x.result(timeout=30)) for x in RangeFetcher(url).start_each(ranges)]
+                code = 0 if got == [big[a:b] for a, b in ranges] else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_connections_the_server_let_go_while_idle_are_replaced():
     """Servers close kept connections that wait too long.  Every kept one is then stale: a request
     must not fail on the second either (a HEAD that failed so fell back to GET, whose answer had

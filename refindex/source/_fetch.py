@@ -9,7 +9,7 @@ a ``concurrent.futures.Future`` for all of them; ``start_each`` one per range, d
 range's own request is, so a reader decodes the first chunks of a batch while the rest travel.
 Async filesystems (s3, gcs, http batches of more than 16 parts) run the requests on fsspec's
 own event loop thread; others (smaller http batches, through refindex's own requests) in a
-thread pool; local files are read with ``os.pread``.
+pool of threads the process shares; local files are read with ``os.pread``.
 """
 
 from __future__ import annotations
@@ -49,6 +49,31 @@ def split_ranges(ranges: Ranges, cut: tuple[int, int] = (PART_BYTES, MAX_PARTS))
     return parts, owner
 
 
+SIDE_BY_SIDE = 2 * MAX_PARTS  # requests in flight at once through the threads below, every file of the process
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    """One pool for every fetcher of the process (its threads made as requests wait for one): a
+    process reading hundreds of files keeps :data:`SIDE_BY_SIDE` threads, not a pool per file."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="refindex-fetch")
+        return _POOL
+
+
+def _after_fork() -> None:
+    """A forked child has none of the pool's threads (nor, maybe, a free lock): it makes its own."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 class _Trip:
     """The requests of one ``start_each``: counted as one round trip when the last one is done."""
 
@@ -86,7 +111,6 @@ class RangeFetcher:
         self._lock = threading.Lock()
         self.local = urls.is_local(url)
         self._fd = -1
-        self._pool: ThreadPoolExecutor | None = None
         if self.local:
             self._fs, self.path = None, urls.split(url)[1]
             try:
@@ -109,8 +133,6 @@ class RangeFetcher:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)
 
     def fetch(self, ranges: Ranges) -> list[bytes]:
         """The bytes of ``ranges``, now."""
@@ -135,7 +157,7 @@ class RangeFetcher:
             fs = fs.for_many(len(split_ranges(ranges, cut)[0]), sum(b - a for a, b in ranges))
         if getattr(fs, "async_impl", False):
             return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges, None, cut), fs.loop)
-        return self._threads().submit(self._fetch_sync, fs, ranges, None, cut)
+        return _threads().submit(self._fetch_sync, fs, ranges, None, cut)
 
     def start_each(self, ranges: Ranges) -> "list[Future[bytes]]":
         """Start fetching ``ranges`` as one round trip, with a future for each that is done when
@@ -159,15 +181,9 @@ class RangeFetcher:
                 fetched = [asyncio.run_coroutine_threadsafe(self._fetch_async(fs, [span], trip, cut), fs.loop)
                            for span in spans]
             else:
-                pool = self._threads()
+                pool = _threads()
                 fetched = [pool.submit(self._fetch_sync, fs, [span], trip, cut) for span in spans]
         return [_slice_of(fetched[i], at, b - a) for (a, b), (i, at) in zip(ranges, where)]
-
-    def _threads(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:  # threads are made as requests wait for one, up to MAX_PARTS
-                self._pool = ThreadPoolExecutor(MAX_PARTS, thread_name_prefix="refindex-fetch")
-            return self._pool
 
     def _pread(self, a: int, b: int) -> bytes:
         data = os.pread(self._fd, b - a, a)
