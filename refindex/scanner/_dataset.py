@@ -9,6 +9,7 @@ import numpy as np
 from ..codecs import (DTypePlan, describe_number_type, fill_value_json, holds_zarr_lacks, packed_dtype, plan_dtype,
                       stored_as_numpy, string_padding, view_dtype_attr)
 from ..model import ArrayNode, chunk_key
+from ..source import reads_other_files
 from ._attrs import attributes_of, ref_json, unsafe_type
 from ._chunked import chunked
 from ._context import ScanContext, fill_value_of, filters_decodable
@@ -115,7 +116,7 @@ def strings_plan(ctx: ScanContext, d: h5py.Dataset, nd: np.dtype, strpad: dict) 
 def virtual(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan) -> ArrayNode:
     """References into the source files where the mappings allow it, else inline values."""
     try:
-        elsewhere = any(m.file_name != "." for m in d.virtual_sources())
+        elsewhere = reads_other_files(d.id)
     except Exception:  # noqa: BLE001 - mappings h5py cannot list: the indexing below says why
         elsewhere = False
     if elsewhere:

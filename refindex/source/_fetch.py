@@ -152,12 +152,7 @@ class RangeFetcher:
                 fut.set_exception(e)
             return fut
         cut = (WAITED_PART if waited else PART_BYTES, MAX_PARTS)
-        fs = self.fs
-        if hasattr(fs, "for_many"):  # a few ranges through refindex's own requests, a large batch through fsspec
-            fs = fs.for_many(len(split_ranges(ranges, cut)[0]), sum(b - a for a, b in ranges))
-        if getattr(fs, "async_impl", False):
-            return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges, None, cut), fs.loop)
-        return _threads().submit(self._fetch_sync, fs, ranges, None, cut)
+        return self._submit(self._fs_for(ranges, cut), ranges, None, cut)
 
     def start_each(self, ranges: Ranges) -> "list[Future[bytes]]":
         """Start fetching ``ranges`` as one round trip, with a future for each that is done when
@@ -173,17 +168,24 @@ class RangeFetcher:
             fetched = [self.start([span]) for span in spans]
         else:
             cut = (PART_BYTES, max(1, -(-MAX_PARTS // len(spans))))  # a few large spans: in parts, as start's
-            fs = self.fs
-            if hasattr(fs, "for_many"):
-                fs = fs.for_many(len(split_ranges(spans, cut)[0]), total)
-            trip = _Trip(len(spans))
-            if getattr(fs, "async_impl", False):
-                fetched = [asyncio.run_coroutine_threadsafe(self._fetch_async(fs, [span], trip, cut), fs.loop)
-                           for span in spans]
-            else:
-                pool = _threads()
-                fetched = [pool.submit(self._fetch_sync, fs, [span], trip, cut) for span in spans]
+            fs, trip = self._fs_for(spans, cut), _Trip(len(spans))
+            fetched = [self._submit(fs, [span], trip, cut) for span in spans]
         return [_slice_of(fetched[i], at, b - a) for (a, b), (i, at) in zip(ranges, where)]
+
+    def _fs_for(self, ranges: Ranges, cut: tuple[int, int]) -> Any:
+        """The filesystem for one round trip of ``ranges`` cut by ``cut``: over HTTP a few ranges go
+        through refindex's own requests, a large batch through fsspec's."""
+        fs = self.fs
+        if hasattr(fs, "for_many"):
+            fs = fs.for_many(len(split_ranges(ranges, cut)[0]), sum(b - a for a, b in ranges))
+        return fs
+
+    def _submit(self, fs: Any, ranges: Ranges, trip: _Trip | None, cut: tuple[int, int]) -> "Future[list[bytes]]":
+        """Fetch ``ranges`` in the background: on fsspec's event loop for an async filesystem, else
+        in the process's pool of threads."""
+        if getattr(fs, "async_impl", False):
+            return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges, trip, cut), fs.loop)
+        return _threads().submit(self._fetch_sync, fs, ranges, trip, cut)
 
     def _pread(self, a: int, b: int) -> bytes:
         data = os.pread(self._fd, b - a, a)

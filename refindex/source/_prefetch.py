@@ -178,7 +178,7 @@ def prefetch_tree(h5, raw, limit: int = 100_000) -> TreeSeen:
                 where = f"{path}/{name.decode('utf-8', 'surrogateescape')}"
                 if isinstance(oid, h5g.GroupID):
                     level.append((oid, where))
-                elif isinstance(oid, h5d.DatasetID) and _reads_elsewhere(oid):
+                elif isinstance(oid, h5d.DatasetID) and reads_other_files(oid):
                     out.reads_elsewhere.append(where)
             pending = []
         out.complete = not level
@@ -188,8 +188,9 @@ def prefetch_tree(h5, raw, limit: int = 100_000) -> TreeSeen:
     return out
 
 
-def _reads_elsewhere(dataset) -> bool:
-    """Is ``dataset`` virtual with a source in another file (which libhdf5 opens by name)?"""
+def reads_other_files(dataset) -> bool:
+    """Is ``dataset`` (an h5py ``DatasetID``) virtual with a source in another file, which libhdf5
+    opens by name?  (Asked by the prefetch on its way and by the scanner of each virtual dataset.)"""
     from h5py import h5d
 
     plist = dataset.get_create_plist()
