@@ -37,7 +37,10 @@ from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
 from ._chunks import ChunkMap, ChunkRun
 from ._served import PageMap
 
-FIRST_AHEAD = 4 << 20  # bytes fetched ahead beside an array's first chunk read
+# bytes fetched ahead beside an array's first chunk read: libhdf5 decodes gzip chunks at ~150 MB/s
+# and the next window takes a round trip and its transfer (~60 ms on the latency store): with
+# 4 MiB it waited ~15 ms for the second window in the middle of P3's read
+FIRST_AHEAD = 8 << 20
 MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
