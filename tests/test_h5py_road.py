@@ -476,6 +476,73 @@ def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
         refindex.h5py_file(refs, check_source=False)
 
 
+def _released_once_asked(server: webserver.Server, name: str, seen: list[bool], source: webserver.Server,
+                         wait: float = 10.0) -> None:
+    """Pause ``name``'s body after 64 KiB until ``source`` has been asked a ``HEAD`` (at most ``wait``
+    seconds); ``seen`` gets whether it was."""
+    go, since = threading.Event(), len(source.requests)
+    server.paused[name] = (64 << 10, go)
+
+    def watch() -> None:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not any(r[0] == "HEAD" for r in source.requests[since:]):
+            time.sleep(0.005)
+        seen.append(any(r[0] == "HEAD" for r in source.requests[since:]))
+        go.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def test_a_large_index_has_its_source_asked_while_it_still_arrives(tmp_path):
+    """The freshness check's round trip overlaps a large index's transfer: once the head of the index
+    names its file, the file is asked for its validators (the check's one request, not asked again);
+    a source changed since is still refused; a source the URL policy refuses is not asked at all."""
+    path = tmp_path / "big.h5"
+    _chunked_file(path)
+    with h5py.File(path, "a") as f:  # variable-length strings: carried inline, a large index
+        rng = np.random.default_rng(7)
+        f.create_dataset("names", data=[rng.bytes(12).hex() for _ in range(20000)], dtype=h5py.string_dtype())
+    body = path.read_bytes()
+    with webserver.serve() as server, webserver.serve(host="127.0.0.2") as other:
+        url = server.put("big.h5", body, mtime=1_700_000_000)
+        text = json.dumps(refindex.scan(url))
+        assert len(text) > (256 << 10) and text.startswith('{"version": 1, "templates": {"u": ')
+        index_url = server.put("big.json", text.encode())
+        start, seen = len(server.requests), []
+        _released_once_asked(server, "big.json", seen, server)
+        f = refindex.h5py_file(index_url)
+        try:
+            assert seen == [True]  # asked before the index had all arrived
+            assert [r[:2] for r in server.requests[start:]] == [("GET", "/big.json"), ("HEAD", "/big.h5")]
+            with h5py.File(path, "r") as want:
+                assert_same_h5(want, f)
+        finally:
+            f.close()
+        server.put("big.h5", body[:-1] + b"!", mtime=1_700_000_100)  # changed since it was indexed
+        start = len(server.requests)
+        with pytest.raises(refindex.StaleIndexError, match="source changed"):
+            refindex.h5py_file(index_url)
+        asked = [r[0] for r in server.requests[start:] if r[1] == "/big.h5"]
+        assert asked.count("HEAD") == 1, asked  # (then the fingerprint's bytes: new validators alone prove nothing)
+
+        elsewhere = other.put("big.h5", body)  # on another loopback host: a remote index may not send readers there
+        server.put("elsewhere.json", json.dumps(refindex.scan(elsewhere)).encode())
+        asked_before, seen = len(other.requests), []
+        _released_once_asked(server, "elsewhere.json", seen, other, wait=1.0)
+        with pytest.raises(refindex.UntrustedReference):
+            refindex.h5py_file(server.url("elsewhere.json"))
+        assert seen == [False] and len(other.requests) == asked_before  # not asked early either
+        start, seen = len(other.requests), []
+        _released_once_asked(server, "elsewhere.json", seen, other)
+        f = refindex.h5py_file(server.url("elsewhere.json"), allowed_urls=[other.base + "/"])
+        try:
+            assert seen == [True] and [r[:2] for r in other.requests[start:]] == [("HEAD", "/big.h5")]
+            with h5py.File(path, "r") as want:
+                assert_same_h5(want, f)
+        finally:
+            f.close()
+
+
 def test_a_small_files_check_is_one_request_settled_by_its_bytes_where_no_validator_comes(tmp_path):
     """A server that sends neither ETag nor Last-Modified: a small file's freshness check is one ranged
     GET of the whole file (no HEAD: its answer's Content-Range tells the size), settled by the

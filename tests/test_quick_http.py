@@ -586,3 +586,34 @@ def test_https_connections_share_one_tls_context(tmp_path):
         assert said == (f"{index}: cannot connect to {host}: its TLS certificate is not trusted here (self-signed "
                         "certificate); if the server is the right one, point SSL_CERT_FILE at a certificate bundle "
                         "that holds its issuer"), said
+
+
+def test_a_peek_sees_the_head_of_a_body_while_the_rest_is_on_its_way():
+    """``cat_file_peeked`` shows the first bytes of a body (decoded, with the length the server
+    announced) before the rest has come, and still returns the whole body; a failing peek changes nothing."""
+    import threading
+
+    big = bytes(np.random.default_rng(6).integers(0, 64, 300_000, dtype=np.uint8))
+    with webserver.serve() as server:
+        quick = QuickHTTP()
+        for name, gz in (("plain.json", False), ("packed.json", True)):
+            url = server.put(name, big, gzip=gz)
+            go = threading.Event()
+            server.paused[name] = (64 << 10, go)  # the rest is sent once the peek has seen the head
+            seen: list[tuple[bytes, int | None]] = []
+
+            def peek(head: bytes, length: int | None) -> None:
+                seen.append((head, length))
+                go.set()
+
+            t0 = time.monotonic()
+            assert quick.cat_file_peeked(url, peek) == big
+            assert time.monotonic() - t0 < 10  # (the server waits up to 30 s for the peek)
+            [(head, length)] = seen
+            assert 0 < len(head) and big.startswith(head) and length == len(server.files[name].data)
+            del server.paused[name]
+
+            def fails(head: bytes, length: int | None) -> None:
+                raise RuntimeError("a peek that fails")
+
+            assert quick.cat_file_peeked(url, fails) == big

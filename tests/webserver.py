@@ -9,7 +9,9 @@ its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a c
 :func:`self_signed`); ``server.requests`` logs (method, path, Range).  A name can also be answered
 with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
 gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be held
-back until the test lets it go (``server.held[(name, start)] = threading.Event()``).
+back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a whole
+body paused after its first bytes (``server.paused[name] = (nbytes, threading.Event())``).
+``host``: another loopback address to listen on (127.0.0.2: a host other than 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Server:
     redirects: dict[str, str] = field(default_factory=dict)  # name -> the URL a 302 points to
     statuses: dict[str, int] = field(default_factory=dict)  # name -> the error status it answers
     held: dict[tuple[str, int], threading.Event] = field(default_factory=dict)  # (name, range start) -> go
+    paused: dict[str, tuple[int, threading.Event]] = field(default_factory=dict)  # name -> (bytes sent first, go)
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -103,6 +106,12 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
                 self.send_header("Content-Encoding", served.encoding)
             self.end_headers()
             if not head_only:
+                pause = server.paused.get(name)
+                if pause is not None and status == 200 and len(data) > pause[0]:
+                    self.wfile.write(data[: pause[0]])
+                    self.wfile.flush()
+                    pause[1].wait(30)
+                    data = data[pause[0]:]
                 self.wfile.write(data)
 
         def do_GET(self):
@@ -153,12 +162,13 @@ def self_signed(folder: str) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True, content_range: bool = True,
-          delay: float = 0.0, idle: float | None = None, tls: tuple[str, str] | None = None) -> Iterator[Server]:
+          delay: float = 0.0, idle: float | None = None, tls: tuple[str, str] | None = None,
+          host: str = "127.0.0.1") -> Iterator[Server]:
     """A running server on 127.0.0.1 (stopped on exit); ``tls``: (certificate, key) files, for HTTPS
     (:func:`self_signed`); ``content_range=False``: a part is sent without saying where it lies in
     the file or how long the file is (a server that breaks HTTP's rule)."""
     server = Server(base="")
-    httpd = LoopbackHTTPServer(("127.0.0.1", 0), _handler(server, etag, last_modified, ranges, delay, idle,
+    httpd = LoopbackHTTPServer((host, 0), _handler(server, etag, last_modified, ranges, delay, idle,
                                                                    content_range))
     httpd.daemon_threads = True
     if tls is not None:
@@ -167,7 +177,7 @@ def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*tls)
         httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    server.base = f"{'https' if tls else 'http'}://127.0.0.1:{httpd.server_address[1]}"
+    server.base = f"{'https' if tls else 'http'}://{host}:{httpd.server_address[1]}"
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

@@ -693,9 +693,10 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     options = ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                              remote_protocol=remote_protocol, check_source=check_source, cache=cache,
                              allowed_urls=allowed_urls, trust=trust)
-    from .h5py_road import requested_early
+    from .h5py_road import SourceAsk, requested_early
 
-    with requested_early(refs, storage_options, cache) as fetched:  # as h5py_file: sent before the rest loads
+    asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
+    with requested_early(refs, storage_options, cache, asked) as fetched:  # as h5py_file: sent before the rest loads
         if reader != "zarr":
             from pynwb import NWBHDF5IO
 

@@ -38,6 +38,7 @@ MANY = 16  # ranges fetched side by side in threads; a larger batch goes to fssp
 # few dozen of them (a whole small file in parts) need not import aiohttp (~0.3 s with its SSL set-up)
 LARGE_PART = 256 << 10
 LARGE_MANY = 64
+PEEK_BYTES = 16 << 10  # the head of a body :meth:`QuickHTTP.cat_file_peeked` shows before the rest has arrived
 REDIRECTS = {301, 302, 303, 307, 308}
 MAX_REDIRECTS = 10
 TIMEOUT = 60.0  # seconds without a byte from the server: the request fails (and is retried as transient)
@@ -129,6 +130,15 @@ class QuickHTTP:
             return self._part(url, start, end)[1]
         return self._request("GET", url, extra)[1]
 
+    def cat_file_peeked(self, url: str, peek: Callable[[bytes, int | None], None]) -> bytes:
+        """The whole file, as :meth:`cat_file`; ``peek(first bytes, Content-Length)`` is called as
+        soon as its first :data:`PEEK_BYTES` have arrived (decoded), while the rest travels: an open
+        can act on the head of a large index (ask its source) before the index is all here."""
+        extra: dict[str, str] = {}
+        if not any(k.lower() == "accept-encoding" for k in self.headers):
+            extra["Accept-Encoding"] = "gzip, deflate"
+        return self._request("GET", url, extra, peek=peek)[1]
+
     def for_many(self, n: int, nbytes: int = 0) -> Any:
         """The filesystem for a batch of ``n`` ranges of ``nbytes`` in all: this one up to :data:`MANY`
         (or :data:`LARGE_MANY` of :data:`LARGE_PART` bytes on average), else fsspec's HTTP filesystem
@@ -203,8 +213,10 @@ class QuickHTTP:
         if os.getpid() != self._pid:
             self._pid, self._idle, self._pool, self._lock = os.getpid(), {}, None, threading.Lock()
 
-    def _request(self, method: str, url: str, extra: dict[str, str], body: bool = True) -> Answer:
-        """The answer to ``method url``, redirects followed; errors raised as fsspec's."""
+    def _request(self, method: str, url: str, extra: dict[str, str], body: bool = True,
+                 peek: Callable[[bytes, int | None], None] | None = None) -> Answer:
+        """The answer to ``method url``, redirects followed; errors raised as fsspec's (``peek``: see
+        :meth:`cat_file_peeked`)."""
         headers = {**self.headers, **extra}
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
@@ -227,9 +239,10 @@ class QuickHTTP:
             if not body and method == "GET":  # headers were all that was asked: the body is not read
                 conn.close()
                 return Answer(resp.headers, b"", url, status)
-            data = resp.read()
+            encoding = resp.getheader("Content-Encoding")
+            data = resp.read() if peek is None else _peeked(resp, encoding, peek)
             self._release(parts, conn, resp)
-            return Answer(resp.headers, _decoded(data, resp.getheader("Content-Encoding"), url), url, status)
+            return Answer(resp.headers, _decoded(data, encoding, url), url, status)
         raise HTTPStatusError(310, url, f"more than {MAX_REDIRECTS} redirects")
 
     def _send(self, method: str, parts: Any, headers: dict[str, str]) -> tuple[http.client.HTTPResponse, Any]:
@@ -339,6 +352,20 @@ def _part_info(answer: Answer) -> dict[str, Any]:
         total = (answer.headers.get("Content-Range") or "").rpartition("/")[2].strip()
         out["size"] = int(total) if total.isdigit() else None
     return out
+
+
+def _peeked(resp: http.client.HTTPResponse, encoding: str | None, peek: Callable[[bytes, int | None], None]) -> bytes:
+    """A body read whole, ``peek`` shown its first bytes (decoded as far as they go) on the way."""
+    head = resp.read(PEEK_BYTES)
+    try:
+        shown = head
+        if (encoding or "").strip().lower() in ("gzip", "x-gzip", "deflate"):
+            shown = zlib.decompressobj(47).decompress(head)
+        length = resp.getheader("Content-Length")
+        peek(shown, int(length) if length and length.isdigit() else None)
+    except Exception:  # noqa: BLE001 - a peek only starts something early; the body is what counts
+        pass
+    return head + resp.read()
 
 
 def _decoded(data: bytes, encoding: str | None, url: str) -> bytes:

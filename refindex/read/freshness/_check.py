@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from ... import urls
 from ...errors import SourceError, StaleIndexError
 from ...source import described, fingerprint_digest, fingerprint_spans, merge_ranges, ranged
-from ...source import info_with_ranges, one_round_trip, quick_filesystem, source_error, with_retries
+from ...source import info_with_ranges, one_round_trip, quick_filesystem, source_error, taken_ahead, with_retries
 from ._verdict import needs_bytes_first, verdict
 
 Span = tuple[int, int]
@@ -96,8 +96,16 @@ def _info_and_ranges(url: str, storage_options: dict[str, Any] | None, spans: li
     :func:`~refindex.source.info_with_ranges`)."""
     fs, path = quick_filesystem(url, storage_options)
     reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0] if spans else []
+    # the info an open asked while its index was still arriving (refindex.read.h5py_road.requested_early)
+    early = [taken_ahead(fs, path, ()) if not reads else None]
 
     def once() -> list[Any]:
+        asked, early[0] = early[0], None
+        if asked is not None:
+            try:
+                return asked.result()
+            except Exception:  # noqa: BLE001 - asked again, with this check's own retries and errors
+                pass
         if reads and one_round_trip(fs):  # a failed range read (a file that shrank, say) is left out: read again
             return info_with_ranges(fs, path, reads, head=head)
         return [fs.info(path), *(_read_local_or_sync(fs, path, reads) if reads else [])]

@@ -18,6 +18,7 @@ _WHERE = {
     "Prepared": "_open", "Road": "_open", "open_road": "_open", "prepared": "_open",
     "PageMap": "_served",
     "fetch_early": "_start", "h5py_file": "_start", "requested_early": "_start", "scan_early": "_start",
+    "SourceAsk": "_start",
     "uncached_remote_hdf5": "_start",
 }
 

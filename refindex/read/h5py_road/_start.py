@@ -8,19 +8,29 @@ travels; the rest of the open (:mod:`._open`) takes the bytes from there.  An HD
 an HTTP(S) URL with no index in the cache is scanned on the fly: the scan's first round trip
 (the file's size and validators, its head and tail) goes out the same way
 (:func:`scan_early`), while the scanner's modules load (~40 ms more).  ``refindex.open_nwb``
-starts the same way (:func:`requested_early`), whichever road it then takes.
+starts the same way (:func:`requested_early`), whichever road it then takes.  The freshness
+check's request leaves as soon as a large index's first bytes name its file (:class:`_AskedEarly`),
+while the rest of the index travels.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ... import urls
 from ...gcpause import held_for_open
 from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
+
+ASK_EARLY_FROM = 256 << 10  # an index at least this long has its source asked before it has all arrived
+# the head of a JSON index refindex wrote: its first template is the HDF5 file it describes
+TEMPLATE_FIRST = re.compile(rb'\{\s*"version"\s*:\s*1\s*,\s*"templates"\s*:\s*\{\s*"u"\s*:\s*("(?:[^"\\]|\\.)*")')
 
 
 def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
@@ -47,7 +57,8 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
     # what an open allocates lives as long as the file (refindex.gcpause)
-    with held_for_open(), requested_early(target, storage_options, cache) as fetched:
+    asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
+    with held_for_open(), requested_early(target, storage_options, cache, asked) as fetched:
         from ._open import Road, open_road, prepared
 
         if fetched is None and uncached_remote_hdf5(target, cache):
@@ -62,25 +73,42 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
                                   group=group, branch=branch, snapshot=snapshot, fetched=fetched).road())
 
 
+@dataclass(frozen=True)
+class SourceAsk:
+    """How the freshness check of an index will ask its source (the open's ``remote_options``, and
+    the policy its URLs are judged by): what lets :func:`requested_early` ask it early."""
+
+    remote_options: dict[str, Any] | None = None
+    allowed_urls: Sequence[str] | str | None = None
+    trust: bool = False
+
+
 @contextmanager
-def requested_early(target: Any, storage_options: dict[str, Any] | None,
-                    cache: CacheSetting) -> Iterator[Future | None]:
+def requested_early(target: Any, storage_options: dict[str, Any] | None, cache: CacheSetting,
+                    source: SourceAsk | None = None) -> Iterator[Future | None]:
     """An open's first request, sent now (:func:`fetch_early`, else :func:`scan_early`): yields a JSON
     index's bytes to come (``fetched`` for :func:`~refindex.read.load_refs`) or None; a scan's round
-    trip that no scan took is dropped on the way out."""
-    fetched = fetch_early(target, storage_options)
+    trip that no scan took is dropped on the way out.  ``source`` (None: the source is not checked):
+    a large index's source is asked for its size and validators as soon as the index's first bytes
+    name it (:class:`_AskedEarly`), so the freshness check's round trip overlaps the index's transfer."""
+    asked = _AskedEarly(target, source) if source is not None else None
+    fetched = fetch_early(target, storage_options, asked.peek if asked is not None else None)
     drop = scan_early(target, storage_options, cache) if fetched is None else None
     try:
         yield fetched
     finally:
         if drop is not None:
             drop()
+        if asked is not None:
+            asked.drop()
 
 
-def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future | None:
+def fetch_early(target: Any, storage_options: dict[str, Any] | None,
+                peek: Callable[[bytes, int | None], None] | None = None) -> Future | None:
     """The bytes of a JSON index named by an HTTP(S) URL (``.json``), requested now in a thread, as
     :func:`~refindex.read.load_refs` would request them (refindex's own HTTP client, retries);
-    None for anything else, which is read as before."""
+    None for anything else, which is read as before.  ``peek``: see
+    :meth:`~refindex.source.QuickHTTP.cat_file_peeked`."""
     if not isinstance(target, str) or kind_by_name(target) != "json":
         return None
     from ...source import honours, quick_filesystem, retried_in_thread  # _quick, _http and _retry only
@@ -88,7 +116,54 @@ def fetch_early(target: Any, storage_options: dict[str, Any] | None) -> Future |
     if not honours(target, storage_options):  # not HTTP(S), or options only fsspec honours: read as before
         return None
     fs, path = quick_filesystem(target, storage_options)
-    return retried_in_thread("refindex-index", fs.cat_file, path)
+    if peek is None:
+        return retried_in_thread("refindex-index", fs.cat_file, path)
+    return retried_in_thread("refindex-index", fs.cat_file_peeked, path, peek)
+
+
+class _AskedEarly:
+    """The source of a large JSON index, asked for its ``info`` as soon as the index's head names it.
+
+    refindex writes ``{"version": 1, "templates": {"u": <the HDF5 file>}, ...`` first, so the
+    file is known once 16 KiB of the index have arrived; its ``info`` (the freshness check's
+    request) is then asked with :func:`~refindex.source.request_ahead`, which the check takes
+    instead of asking again.  Only for an index of at least :data:`ASK_EARLY_FROM` bytes: a small
+    index arrives at once, and a small file's check reads the whole file instead (one request).
+    The URL is judged by the policy the index's URLs will be judged by before it is asked; what no
+    check took is dropped when the open ends (never used by a later open)."""
+
+    def __init__(self, target: Any, source: SourceAsk):
+        self.target = target
+        self.source = source
+        self.drops: list[Callable[[], None]] = []
+        self.done = False
+        self.lock = threading.Lock()
+
+    def peek(self, head: bytes, length: int | None) -> None:
+        found = TEMPLATE_FIRST.match(head)
+        if self.done or length is None or length < ASK_EARLY_FROM or found is None:
+            return
+        url = urls.normalise(json.loads(found.group(1)))
+        from .._urlpolicy import UrlPolicy
+
+        allowed = self.source.allowed_urls
+        allowed = (allowed,) if isinstance(allowed, str) else tuple(allowed or ())
+        if UrlPolicy(self.target, allowed=allowed, trust=self.source.trust).refusal(url) is not None:
+            return  # refused later, with its reason, when the index's URLs are judged
+        from ...source import request_ahead
+
+        with self.lock:
+            if not self.done:
+                drop = request_ahead(url, self.source.remote_options, ())
+                if drop is not None:
+                    self.drops.append(drop)
+
+    def drop(self) -> None:
+        with self.lock:
+            self.done = True
+            drops, self.drops = self.drops, []
+        for drop in drops:
+            drop()
 
 
 def uncached_remote_hdf5(target: Any, cache: CacheSetting) -> bool:
