@@ -121,23 +121,24 @@ class QuickHTTP:
 
     def cat_file(self, url: str, start: int | None = None, end: int | None = None, **_: Any) -> bytes:
         """The file's bytes ``start:end`` (all of them without either)."""
-        extra: dict[str, str] = {}
-        if not any(k.lower() == "accept-encoding" for k in self.headers):
-            extra["Accept-Encoding"] = "gzip, deflate"  # as aiohttp asks: a JSON index travels compressed
         if start is not None or end is not None:
             if start == end:
                 return b""
             return self._part(url, start, end)[1]
-        return self._request("GET", url, extra)[1]
+        return self._request("GET", url, self._whole())[1]
 
     def cat_file_peeked(self, url: str, peek: Callable[[bytes, int | None], None]) -> bytes:
         """The whole file, as :meth:`cat_file`; ``peek(first bytes, Content-Length)`` is called as
         soon as its first :data:`PEEK_BYTES` have arrived (decoded), while the rest travels: an open
         can act on the head of a large index (ask its source) before the index is all here."""
-        extra: dict[str, str] = {}
-        if not any(k.lower() == "accept-encoding" for k in self.headers):
-            extra["Accept-Encoding"] = "gzip, deflate"
-        return self._request("GET", url, extra, peek=peek)[1]
+        return self._request("GET", url, self._whole(), peek=peek)[1]
+
+    def _whole(self) -> dict[str, str]:
+        """The headers a whole file is asked with: compressed where the server can (as aiohttp asks:
+        a JSON index travels compressed), unless the caller's headers say otherwise."""
+        if any(k.lower() == "accept-encoding" for k in self.headers):
+            return {}
+        return {"Accept-Encoding": "gzip, deflate"}
 
     def for_many(self, n: int, nbytes: int = 0) -> Any:
         """The filesystem for a batch of ``n`` ranges of ``nbytes`` in all: this one up to :data:`MANY`
