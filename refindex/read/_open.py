@@ -18,7 +18,7 @@ from ..model import RefsDocument
 from ._load import load_index, load_refs, parquet_metadata, zarr_format_of
 from ._names import CacheSetting
 from ._repository import named_otherwise
-from ._urlpolicy import UrlPolicy
+from ._urlpolicy import UrlPolicy, allowed_patterns
 
 
 Span = tuple[int, int]
@@ -64,9 +64,8 @@ class ReadOptions:
            remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
            allowed_urls: Sequence[str] | str | None = None, trust: bool = False,
            index_url: str | None = None) -> "ReadOptions":
-        allowed = (allowed_urls,) if isinstance(allowed_urls, str) else tuple(allowed_urls or ())
         return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, cache,
-                   allowed, trust, index_url)
+                   allowed_patterns(allowed_urls), trust, index_url)
 
     def url_policy(self) -> UrlPolicy:
         """The policy the URLs of the index read with these options are judged by."""

@@ -58,6 +58,11 @@ OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl
 _FILE_PREFIXES = ("file://", "local://", "file:", "local:")  # what fsspec's local filesystem strips
 
 
+def allowed_patterns(allowed: Sequence[str] | str | None) -> tuple[str, ...]:
+    """A caller's ``allowed_urls`` (one prefix or pattern, several, or None) as the policy takes them."""
+    return (allowed,) if isinstance(allowed, str) else tuple(allowed or ())
+
+
 def split_protocol(url: str) -> tuple[str | None, str]:
     """(protocol in lower case or None, rest) the way fsspec splits a URL (``data:`` included)."""
     if "://" in url:

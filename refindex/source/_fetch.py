@@ -2,8 +2,8 @@
 
 A reader that knows what it will ask for next (the chunks of a dataset, in order) starts
 fetching them while it decodes what it has.  :class:`RangeFetcher` fetches a list of ranges
-as one round trip of concurrent requests (ranges above :data:`SPLIT_ABOVE` in parts side by
-side: object stores serve each connection at a bounded rate), retried on transient
+as one round trip of concurrent requests (ranges above two parts in parts side by side,
+:func:`split_ranges`: object stores serve each connection at a bounded rate), retried on transient
 failures and counted in the same :class:`ReadStats` as the block cache.  ``start`` returns
 a ``concurrent.futures.Future`` for all of them; ``start_each`` one per range, done when that
 range's own request is, so a reader decodes the first chunks of a batch while the rest travel.
@@ -28,7 +28,6 @@ from ._open import quick_filesystem
 from ._retry import is_transient, retry_policy, with_retries
 
 PART_BYTES, MAX_PARTS = 512 << 10, 16  # a range above two parts goes in parts side by side, at most 16
-SPLIT_ABOVE = 2 * PART_BYTES
 WAITED_PART = 256 << 10  # parts of a range the reader is waiting for (``start(..., waited=True)``)
 MERGE_GAP = 64 << 10  # ranges this close share a request in start_each (the gap costs less than a request)
 

@@ -38,6 +38,7 @@ MANY = 16  # ranges fetched side by side in threads; a larger batch goes to fssp
 # few dozen of them (a whole small file in parts) need not import aiohttp (~0.3 s with its SSL set-up)
 LARGE_PART = 256 << 10
 LARGE_MANY = 64
+COMPRESSED = ("gzip", "x-gzip", "deflate")  # content codings refindex decodes (as aiohttp does)
 PEEK_BYTES = 16 << 10  # the head of a body :meth:`QuickHTTP.cat_file_peeked` shows before the rest has arrived
 REDIRECTS = {301, 302, 303, 307, 308}
 MAX_REDIRECTS = 10
@@ -360,7 +361,7 @@ def _peeked(resp: http.client.HTTPResponse, encoding: str | None, peek: Callable
     head = resp.read(PEEK_BYTES)
     try:
         shown = head
-        if (encoding or "").strip().lower() in ("gzip", "x-gzip", "deflate"):
+        if _coding(encoding) in COMPRESSED:
             shown = zlib.decompressobj(47).decompress(head)
         length = resp.getheader("Content-Length")
         peek(shown, int(length) if length and length.isdigit() else None)
@@ -369,12 +370,17 @@ def _peeked(resp: http.client.HTTPResponse, encoding: str | None, peek: Callable
     return head + resp.read()
 
 
+def _coding(encoding: str | None) -> str:
+    """A ``Content-Encoding`` header as compared: trimmed, lower case, empty when absent."""
+    return (encoding or "").strip().lower()
+
+
 def _decoded(data: bytes, encoding: str | None, url: str) -> bytes:
     """A body as sent with ``Content-Encoding`` gzip or deflate, decoded (as aiohttp does)."""
-    enc = (encoding or "").strip().lower()
+    enc = _coding(encoding)
     if enc in ("", "identity"):
         return data
-    if enc in ("gzip", "x-gzip", "deflate"):
+    if enc in COMPRESSED:
         try:
             return zlib.decompress(data, 47)  # gzip or zlib header, detected
         except zlib.error:

@@ -97,10 +97,11 @@ def _info_and_ranges(url: str, storage_options: dict[str, Any] | None, spans: li
     fs, path = quick_filesystem(url, storage_options)
     reads = merge_ranges([a for a, _ in spans], [b - a for a, b in spans])[0] if spans else []
     # the info an open asked while its index was still arriving (refindex.read.h5py_road.requested_early)
-    early = [taken_ahead(fs, path, ()) if not reads else None]
+    early = taken_ahead(fs, path, ()) if not reads else None
 
     def once() -> list[Any]:
-        asked, early[0] = early[0], None
+        nonlocal early
+        asked, early = early, None  # (taken once: a retry asks again)
         if asked is not None:
             try:
                 return asked.result()

@@ -144,11 +144,10 @@ class _AskedEarly:
         if self.done or length is None or length < ASK_EARLY_FROM or found is None:
             return
         url = urls.normalise(json.loads(found.group(1)))
-        from .._urlpolicy import UrlPolicy
+        from .._urlpolicy import UrlPolicy, allowed_patterns
 
-        allowed = self.source.allowed_urls
-        allowed = (allowed,) if isinstance(allowed, str) else tuple(allowed or ())
-        if UrlPolicy(self.target, allowed=allowed, trust=self.source.trust).refusal(url) is not None:
+        policy = UrlPolicy(self.target, allowed=allowed_patterns(self.source.allowed_urls), trust=self.source.trust)
+        if policy.refusal(url) is not None:
             return  # refused later, with its reason, when the index's URLs are judged
         from ...source import request_ahead
 
