@@ -109,7 +109,7 @@ class BlockCache(io.RawIOBase):
     def readinto(self, b) -> int:
         data = self.read_range(self.pos, self.pos + len(b))
         n = len(data)
-        memoryview(b).cast("B")[:n] = data  # (h5py's Cython view of libhdf5's buffer: 2.8 us a slice assignment, this 0.3)
+        memoryview(b).cast("B")[:n] = data  # (h5py's Cython view of libhdf5's buffer: 2.8 us a slice assignment)
         self.pos += n
         return n
 
