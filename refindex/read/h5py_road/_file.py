@@ -220,19 +220,13 @@ class IndexedFile(io.RawIOBase):
         return self.pos
 
     def readinto(self, b) -> int:
-        """libhdf5's every read (thousands while pynwb opens a file): a page's bytes go straight into
-        its buffer.  ``b`` is h5py's Cython view of that buffer, written through a plain
-        ``memoryview`` (0.3 us instead of 2.8 us a read)."""
+        """libhdf5's every read (thousands while pynwb opens a file).  ``b`` is h5py's Cython view of
+        libhdf5's buffer, written through a plain ``memoryview`` (0.7 us a read instead of 2.8)."""
         start = self.pos
         end = min(self.size, start + len(b))
         if end <= start:
             return 0
-        data = self.pages.get(start, end)
-        if data is not None:
-            self.stats.reads += 1
-            self.stats.from_pages += 1
-        else:
-            data = self.read_range(start, end)
+        data = self.read_range(start, end)
         n = len(data)
         memoryview(b).cast("B")[:n] = data
         self.pos = start + n
