@@ -28,7 +28,9 @@ from typing import Any
 
 import numpy as np
 
-WHOLE = 1 << 22  # variables of more elements are compared on a leading and a trailing block
+WHOLE = 1 << 22  # variables of more elements are compared on a leading and a trailing block ...
+MANY_CHUNKS = 1000  # ... and so are those of more chunks (zarr decodes ~0.15 ms a chunk: jhdf's file has 120,000;
+# test_corpus compares every chunk's values, and xarray decodes every chunk of a variable alike)
 EDGE = 256
 
 
@@ -136,7 +138,7 @@ def load_whole(ds: Any) -> Any:
     view compared with several indexes' views is read once, not once per index (those xarray
     cannot decode stay lazy, to fail where they are compared)."""
     for v in ds.variables.values():
-        if v.size <= WHOLE or not v.ndim:
+        if blocks_compared(v) is None:
             try:
                 v.load()
             except Exception:  # noqa: BLE001 - compared (and found undecodable) later
@@ -157,12 +159,13 @@ def variable_differences(w: Any, g: Any, name: str, values: bool = True) -> list
         return out
     if not values:
         return out
+    blocks = blocks_compared(w)  # (the file's chunks decide, for both sides)
     try:
-        wv = values_of(w)
+        wv = values_of(w, blocks)
     except Exception:  # noqa: BLE001 - xarray over the file cannot decode it either: nothing to compare
         return out
     try:
-        gv = values_of(g)
+        gv = values_of(g, blocks)
     except Exception as e:  # noqa: BLE001
         return out + [f"{name}: values cannot be read: {type(e).__name__}: {e}"]
     for part, (a, b) in enumerate(zip(wv, gv)):
@@ -198,13 +201,28 @@ def same_text_dtype(a: np.dtype, b: np.dtype) -> bool:
     return {a.kind, b.kind} <= {"O", "T"}
 
 
-def values_of(v: Any) -> list[np.ndarray]:
-    """The decoded values (whole, or a leading and a trailing block of a huge variable)."""
-    if v.size <= WHOLE or not v.ndim:
+def blocks_compared(v: Any) -> tuple[dict, dict] | None:
+    """None when the values of ``v`` (the file's view of a variable) are compared whole; else the
+    leading and trailing blocks compared: ``EDGE`` elements a side of a huge variable, four chunks a
+    side of one of very many chunks."""
+    if not v.ndim:
+        return None
+    chunks = v.encoding.get("chunksizes") or v.encoding.get("chunks") or ()
+    count = 1
+    for n, c in zip(v.shape, chunks):
+        count *= -(-int(n) // max(1, int(c)))
+    if v.size <= WHOLE and count <= MANY_CHUNKS:
+        return None
+    sides = [4 * max(1, int(c)) for c in chunks] if count > MANY_CHUNKS else [EDGE] * v.ndim
+    return ({d: slice(0, min(n, k)) for d, n, k in zip(v.dims, v.shape, sides)},
+            {d: slice(max(0, n - k), n) for d, n, k in zip(v.dims, v.shape, sides)})
+
+
+def values_of(v: Any, blocks: tuple[dict, dict] | None) -> list[np.ndarray]:
+    """The decoded values: whole, or the ``blocks`` (:func:`blocks_compared`)."""
+    if blocks is None or not v.ndim:
         return [np.asarray(v.values)]
-    head = {d: slice(0, min(n, EDGE)) for d, n in zip(v.dims, v.shape)}
-    tail = {d: slice(max(0, n - EDGE), n) for d, n in zip(v.dims, v.shape)}
-    return [np.asarray(v[head].values), np.asarray(v[tail].values)]
+    return [np.asarray(v[blocks[0]].values), np.asarray(v[blocks[1]].values)]
 
 
 def value_difference(a: np.ndarray, b: np.ndarray) -> str | None:
