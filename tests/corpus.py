@@ -61,11 +61,18 @@ def read_whole(shape: Sequence[int], chunks: Sequence[int], itemsize: int) -> bo
     """Is an array small enough, in bytes and in chunks, for a module that re-checks the corpus to
     compare it whole?  (test_corpus compares every value; the others check a route's metadata,
     which is the same in every chunk.)  Python ints: giant arrays overflow int64."""
-    nbytes, nchunks = int(itemsize), 1
-    for n, c in zip(shape, chunks):
+    nbytes = int(itemsize)
+    for n in shape:
         nbytes *= int(n)
-        nchunks *= -(-int(n) // max(1, int(c)))
-    return nbytes <= WHOLE_READ_LIMIT and nchunks <= MANY_CHUNKS
+    return nbytes <= WHOLE_READ_LIMIT and chunk_count(shape, chunks) <= MANY_CHUNKS
+
+
+def chunk_count(shape: Sequence[int], chunks: Sequence[int]) -> int:
+    """How many chunks of ``chunks`` an array of ``shape`` has (Python ints: giant arrays overflow int64)."""
+    count = 1
+    for n, c in zip(shape, chunks):
+        count *= -(-int(n) // max(1, int(c)))
+    return count
 
 
 def chunk_samples(shape: Sequence[int], chunks: Sequence[int], side: int = 512) -> list[tuple[slice, ...]]:

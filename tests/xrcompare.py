@@ -27,10 +27,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from corpus import MANY_CHUNKS, chunk_count
 
-WHOLE = 1 << 22  # variables of more elements are compared on a leading and a trailing block ...
-MANY_CHUNKS = 1000  # ... and so are those of more chunks (zarr decodes ~0.15 ms a chunk: jhdf's file has 120,000;
-# test_corpus compares every chunk's values, and xarray decodes every chunk of a variable alike)
+# variables of more elements, or of more than MANY_CHUNKS chunks (jhdf's file has 120,000: test_corpus
+# compares every chunk's values, and xarray decodes every chunk of a variable alike), are compared on a
+# leading and a trailing block
+WHOLE = 1 << 22
 EDGE = 256
 
 
@@ -208,9 +210,7 @@ def blocks_compared(v: Any) -> tuple[dict, dict] | None:
     if not v.ndim:
         return None
     chunks = v.encoding.get("chunksizes") or v.encoding.get("chunks") or ()
-    count = 1
-    for n, c in zip(v.shape, chunks):
-        count *= -(-int(n) // max(1, int(c)))
+    count = chunk_count(v.shape, chunks)
     if v.size <= WHOLE and count <= MANY_CHUNKS:
         return None
     sides = [4 * max(1, int(c)) for c in chunks] if count > MANY_CHUNKS else [EDGE] * v.ndim
@@ -220,7 +220,7 @@ def blocks_compared(v: Any) -> tuple[dict, dict] | None:
 
 def values_of(v: Any, blocks: tuple[dict, dict] | None) -> list[np.ndarray]:
     """The decoded values: whole, or the ``blocks`` (:func:`blocks_compared`)."""
-    if blocks is None or not v.ndim:
+    if blocks is None:
         return [np.asarray(v.values)]
     return [np.asarray(v[blocks[0]].values), np.asarray(v[blocks[1]].values)]
 
