@@ -84,5 +84,5 @@ def object_key(obj) -> tuple:
     field, including the metadata size of a chunked dataset, which walks its whole chunk
     index: 65 ms per call for 500,000 chunks, and extra requests on a remote file.
     """
-    st = h5py.h5g.get_objinfo(obj.id if hasattr(obj, "id") else obj)
+    st = h5py.h5g.get_objinfo(obj.id if isinstance(obj, h5py.HLObject) else obj)  # an h5py object, or a low-level id
     return (st.fileno, st.objno)

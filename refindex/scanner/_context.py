@@ -20,6 +20,7 @@ from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
 from ..progress import NoProgress, Progress
+from ._objects import wrapped
 from .chunkindex import FileFacts, IndexStats, Unparsed
 from ..source import INDEX_PREFIX, META, ReadRecorder
 
@@ -110,8 +111,8 @@ class ScanContext:
         return self.recorder.paused() if self.recorder is not None else nullcontext()
 
     def canonical_path(self, obj: Any) -> str:
-        """The path an object is indexed under (its first name, sorted depth-first)."""
-        return self.canonical.get(object_key(obj)) or obj.name
+        """The path an object (h5py's, or a low-level id) is indexed under (its first name, sorted depth-first)."""
+        return self.canonical.get(object_key(obj)) or (obj if isinstance(obj, h5py.HLObject) else wrapped(obj)).name
 
     @cached_property
     def hdmf(self) -> bool:

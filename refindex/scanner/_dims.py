@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 import h5py
 import numpy as np
 
 from ..model import NcMember
+from ._attrs import attribute_value
 from ._context import ScanContext
+from ._objects import dereferenced, member, wrapped
 
 
 def basename(path: str) -> str:
@@ -20,7 +23,7 @@ def dimension_names(ctx: ScanContext) -> dict[int, str]:
     if ctx.dimids is None:
         ctx.dimids = {}
         for path in ctx.canonical.values():
-            obj = ctx.f[path]
+            obj = member(ctx.f, path)
             if isinstance(obj, h5py.Dataset) and "_Netcdf4Dimid" in obj.attrs:
                 try:
                     ctx.dimids[int(np.asarray(obj.attrs["_Netcdf4Dimid"]).reshape(-1)[0])] = basename(path)
@@ -33,22 +36,17 @@ def dims_of(ctx: ScanContext, d: h5py.Dataset, path: str, extra: int) -> list[st
     """A name for each axis of ``d`` (plus ``extra`` trailing axes of an array datatype)."""
     ndim = len(d.shape)
     names: list[str | None] = [None] * ndim
+    dsid = d.id
     try:
-        if ndim and h5py.h5ds.is_scale(d.id):
+        if ndim and h5py.h5ds.is_scale(dsid):
             names[0] = basename(path)
-        elif ndim and "DIMENSION_LIST" in d.attrs:
-            for i in range(ndim):
-                try:
-                    dim = d.dims[i]
-                    if len(dim):
-                        names[i] = basename(ctx.canonical_path(dim[0]))
-                except Exception:
-                    pass
+        elif ndim and h5py.h5a.exists(dsid, b"DIMENSION_LIST"):
+            names = first_scales(ctx, dsid, ndim)
     except Exception:
         pass
-    if "_Netcdf4Coordinates" in d.attrs and ndim:
+    if ndim and h5py.h5a.exists(dsid, b"_Netcdf4Coordinates"):
         try:
-            ids = np.asarray(d.attrs["_Netcdf4Coordinates"]).reshape(-1)
+            ids = np.asarray(attribute_value(h5py.h5a.open(dsid, b"_Netcdf4Coordinates"))).reshape(-1)
             dimids = dimension_names(ctx)
             for i, dimid in enumerate(ids[:ndim]):
                 if names[i] is None and int(dimid) in dimids:
@@ -65,6 +63,20 @@ def dims_of(ctx: ScanContext, d: h5py.Dataset, path: str, extra: int) -> list[st
             out.append(phony_dim(ctx, path, shape[i] if i < ndim else -1 - i, used))
         used.append(out[-1])
     return out
+
+
+def first_scales(ctx: ScanContext, dsid: Any, ndim: int) -> list[str | None]:
+    """The name of the first scale attached to each axis (h5py's ``d.dims[i][0]``), from one read of
+    ``DIMENSION_LIST`` (h5py's dimension proxies read it again for each axis and open each scale twice)."""
+    lists = attribute_value(h5py.h5a.open(dsid, b"DIMENSION_LIST"))
+    names: list[str | None] = [None] * ndim
+    for i in range(min(ndim, len(lists))):
+        try:
+            if len(lists[i]):
+                names[i] = basename(ctx.canonical_path(dereferenced(dsid, lists[i][0])))
+        except Exception:
+            pass
+    return names
 
 
 def phony_dim(ctx: ScanContext, path: str, size: int, used: list[str]) -> str:
@@ -93,7 +105,7 @@ def nc_members(ctx: ScanContext, g: h5py.Group, opened: dict[str, h5py.Dataset])
         for name in g.keys():  # h5py's order (names, or creation order where the group tracks it)
             if not isinstance(name, str) or (name not in opened and not _is_dataset(g, name)):
                 continue
-            out.append(nc_member(ctx, name, opened[name] if name in opened else g[name]))
+            out.append(nc_member(ctx, name, opened[name] if name in opened else member(g, name)))
     except Exception:  # noqa: BLE001 - a member h5netcdf could not open either
         return None
     return out
@@ -111,37 +123,41 @@ def _is_dataset(g: h5py.Group, name: str) -> bool:
 
 def nc_member(ctx: ScanContext, name: str, d: h5py.Dataset) -> NcMember:
     """h5netcdf's reads of one dataset: its CLASS and NAME, netCDF-4's ids, the scales on each axis."""
-    attrs = d.attrs
-    present = set(attrs.keys())
+    present = set(d.attrs.keys())
+
+    def value(name: str) -> Any:  # what d.attrs[name] returns, without h5py's attribute manager
+        return attribute_value(h5py.h5a.open(d.id, name.encode("utf-8")))
+
     m = NcMember(name, None if d.shape is None else tuple(int(s) for s in d.shape))
     if "CLASS" in present:
-        m.scale = bool(np.all(attrs["CLASS"] == b"DIMENSION_SCALE"))
+        m.scale = bool(np.all(value("CLASS") == b"DIMENSION_SCALE"))
     if "NAME" in present:
-        value = attrs["NAME"]
-        m.dimension_only = NOT_A_VARIABLE in (value.encode() if isinstance(value, str) else bytes(value))
+        text = value("NAME")
+        m.dimension_only = NOT_A_VARIABLE in (text.encode() if isinstance(text, str) else bytes(text))
     if "_Netcdf4Dimid" in present:
-        m.dimid = int(np.asarray(attrs["_Netcdf4Dimid"]).reshape(-1)[0])
+        m.dimid = int(np.asarray(value("_Netcdf4Dimid")).reshape(-1)[0])
     if "_Netcdf4Coordinates" in present:
-        m.coordinates = [int(i) for i in np.asarray(attrs["_Netcdf4Coordinates"]).reshape(-1)]
+        m.coordinates = [int(i) for i in np.asarray(value("_Netcdf4Coordinates")).reshape(-1)]
     if "DIMENSION_LIST" in present:
-        m.scales = [[basename(libhdf5_name(ctx, ctx.f[ref])) for ref in axis] for axis in attrs["DIMENSION_LIST"]]
+        m.scales = [[basename(libhdf5_name(ctx, dereferenced(ctx.f, ref))) for ref in axis]
+                    for axis in value("DIMENSION_LIST")]
     if m.scale and m.shape:
         m.size = m.shape[0]
         m.unlimited = d.maxshape == (None,)
         if m.unlimited and "REFERENCE_LIST" in present:  # h5netcdf: the longest axis of the datasets using it
-            for ref, axis in attrs["REFERENCE_LIST"]:
-                m.size = max(m.size, int(ctx.f[ref].shape[int(axis)]))
+            for ref, axis in value("REFERENCE_LIST"):
+                m.size = max(m.size, int(dereferenced(ctx.f, ref).shape[int(axis)]))
     return m
 
 
-def libhdf5_name(ctx: ScanContext, obj: h5py.HLObject) -> str:
+def libhdf5_name(ctx: ScanContext, oid: Any) -> str:
     """The path libhdf5 gives an object opened by reference (h5py's ``.name``, what h5netcdf names
     scales by): its one path when it has one hard link; else libhdf5's search of the file (a
     walk of the whole hierarchy: done once per object)."""
-    st = h5py.h5g.get_objinfo(obj.id)
+    st = h5py.h5g.get_objinfo(oid)
     key = (st.fileno, st.objno)
     if st.nlink == 1 and key in ctx.canonical:
         return ctx.canonical[key]
     if key not in ctx.ref_names:
-        ctx.ref_names[key] = obj.name or ""
+        ctx.ref_names[key] = wrapped(oid).name or ""
     return ctx.ref_names[key]

@@ -18,6 +18,7 @@ from ._context import ScanContext
 from ._dataset import build_array
 from ._dims import nc_members
 from ._inline import defer_small, read_deferred
+from ._objects import member
 from ._split import split_worthwhile, walk_split
 
 _NC_DIMENSION_ONLY = "This is a netCDF dimension but not a netCDF variable"
@@ -46,7 +47,7 @@ def scan_file(ctx: ScanContext) -> Tree:
 
 
 def visit_path(ctx: ScanContext, path: str) -> None:
-    visit_group(ctx, ctx.f if path == "/" else ctx.f[path], path)
+    visit_group(ctx, ctx.f if path == "/" else member(ctx.f, path), path)
 
 
 def path_key(path: str) -> tuple[str, ...]:
@@ -129,7 +130,7 @@ def index_objects(ctx: ScanContext) -> list[str]:
                     continue
                 ctx.canonical[key] = child
                 if st.type == h5py.h5g.GROUP:
-                    kids.append((child, g[name]))
+                    kids.append((child, member(g, name)))
                 elif st.type == h5py.h5g.DATASET:
                     datasets += 1
             except Exception as e:
@@ -168,7 +169,7 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
         if info.type != h5py.h5l.TYPE_HARD:
             ctx.tree.links.append(LinkNode(name, path, "user-defined", None, resolved=False))
             continue
-        obj = g[name]
+        obj = member(g, name)
         if isinstance(obj, h5py.Dataset):
             opened[name] = obj
         canon = ctx.canonical.get(object_key(obj))
@@ -204,7 +205,7 @@ def soft_link(ctx: ScanContext, g: h5py.Group, name: str, parent: str) -> LinkNo
     written, _ = link_value(ctx, g, name, join(parent, name))
     target = written if written.startswith("/") else posixpath.normpath(join(parent, written))
     try:
-        obj = g[name]
+        obj = member(g, name)
     except Exception:
         obj = None
     if obj is None:
