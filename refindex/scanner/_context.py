@@ -68,6 +68,7 @@ class ScanContext:
     phony: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # group -> (phony dim name, size)
     dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
     ref_names: dict[tuple, str] = field(default_factory=dict)  # object identity -> libhdf5's name for it
+    ref_targets: dict[tuple, tuple] = field(default_factory=dict)  # object identity -> (path, object_id) of references
     nc_view: bool = False  # record what netCDF readers name dimensions from (files the plain convention may serve)
     # Small chunks to copy into the index, read together once the walk is done.
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
