@@ -14,8 +14,8 @@ import h5py
 import numpy as np
 
 from ..codecs import jsonable, lost_type
-from ..errors import RefindexError, UnsupportedError
 from ..compare import object_key
+from ..errors import RefindexError, UnsupportedError
 from ._context import ScanContext
 from ._objects import dereferenced, wrapped
 

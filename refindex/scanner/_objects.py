@@ -1,9 +1,9 @@
 """Opening a file's objects by name or by reference, for a walk that opens every one of them.
 
 h5py's ``group[name]`` builds a ``File`` object for every call (to ask the file's mode, for
-the ``readonly`` flag of the dataset it returns): ~90 us of a ~100 us open on a file of
-thousands of objects, where libhdf5's own open takes ~15 us.  A scan only reads, so it opens
-objects with libhdf5 and wraps them in the same h5py classes ``group[name]`` would return.
+the ``readonly`` flag of the dataset it returns): ~30 us of a ~70 us open (libhdf5's own open
+~23 us, the wrapper ~17 us) on netCDF-C's file of 2,000 variables.  A scan only reads, so it
+opens objects with libhdf5 and wraps them in the same h5py classes ``group[name]`` would return.
 """
 
 from __future__ import annotations
@@ -37,4 +37,3 @@ def dereferenced(where: Any, ref: Any) -> Any:
     if oid is None:
         raise ValueError("Invalid HDF5 object reference")
     return oid
-
