@@ -57,10 +57,13 @@ def names_found_once() -> Iterator[None]:
     references; libhdf5 finds the name of an object opened by reference by searching the whole file
     (9 ms each in netcdf-c's file of 2,000 variables, asked 4,000 times for its one scale: 27 of the
     37 s h5netcdf took to open it).  The same object of the same open file is found at the same path
-    each time, so its first answer is kept while h5netcdf opens a file: the same names, sooner."""
+    each time, so its first answer is kept while h5netcdf opens a file: the same names, sooner.
+    Likewise h5netcdf opens a variable by its path for each property it asks (23 times a variable):
+    the object a path names in a file open for reading is opened once."""
     import h5py
 
     found: dict[Any, str] = {}
+    by_path: dict[tuple[Any, str], Any] = {}
     kinds: dict[type, type] = {}
     get = h5py.Group.__getitem__
 
@@ -74,6 +77,11 @@ def names_found_once() -> Iterator[None]:
         return kinds[cls]
 
     def getitem(self: Any, name: Any) -> Any:
+        if isinstance(name, str):  # h5netcdf opens each variable by its path again for every property
+            key = (self.id, name)
+            if key not in by_path:
+                by_path[key] = get(self, name)
+            return by_path[key]
         obj = get(self, name)
         if isinstance(name, h5py.Reference) and type(obj) in (h5py.Dataset, h5py.Group):
             obj.__class__ = named_once(type(obj))
