@@ -76,7 +76,7 @@ def ref_obj(ctx: ScanContext, ref: Any) -> Any:
     except Exception as e:
         return {"source": ".", "path": None, "error": f"unresolvable reference: {e}"}
     if known is None:
-        known = ctx.ref_targets[key] = (ctx.canonical_path(target), object_id_of(target))
+        known = ctx.ref_targets[key] = (ctx.canonical.get(key) or target.name, object_id_of(target))
     out: dict[str, Any] = {
         "source": ".",
         "path": known[0],
@@ -147,6 +147,11 @@ def attribute_value(aid: Any) -> Any:
     if info and info.length is None:  # variable-length strings come back as str
         arr = np.array([b.decode("utf-8", "surrogateescape") for b in arr.flat], dtype=dtype).reshape(arr.shape)
     return arr[()] if arr.ndim == 0 else arr
+
+
+def attribute(oid: Any, name: str) -> Any:
+    """``obj.attrs[name]`` of the object whose low-level id is ``oid``, without h5py's attribute manager."""
+    return attribute_value(h5py.h5a.open(oid, name.encode("utf-8")))
 
 
 def attributes_of(ctx: ScanContext, obj: Any, path: str, types: dict[str, str] | None = None) -> dict[str, Any]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import posixpath
+from functools import partial
 from typing import Any
 
 import h5py
 import numpy as np
 
 from ..model import NcMember
-from ._attrs import attribute_value
+from ._attrs import attribute
 from ._context import ScanContext
 from ._objects import dereferenced, member, wrapped
 
@@ -46,7 +47,7 @@ def dims_of(ctx: ScanContext, d: h5py.Dataset, path: str, extra: int) -> list[st
         pass
     if ndim and h5py.h5a.exists(dsid, b"_Netcdf4Coordinates"):
         try:
-            ids = np.asarray(attribute_value(h5py.h5a.open(dsid, b"_Netcdf4Coordinates"))).reshape(-1)
+            ids = np.asarray(attribute(dsid, "_Netcdf4Coordinates")).reshape(-1)
             dimids = dimension_names(ctx)
             for i, dimid in enumerate(ids[:ndim]):
                 if names[i] is None and int(dimid) in dimids:
@@ -68,7 +69,7 @@ def dims_of(ctx: ScanContext, d: h5py.Dataset, path: str, extra: int) -> list[st
 def first_scales(ctx: ScanContext, dsid: Any, ndim: int) -> list[str | None]:
     """The name of the first scale attached to each axis (h5py's ``d.dims[i][0]``), from one read of
     ``DIMENSION_LIST`` (h5py's dimension proxies read it again for each axis and open each scale twice)."""
-    lists = attribute_value(h5py.h5a.open(dsid, b"DIMENSION_LIST"))
+    lists = attribute(dsid, "DIMENSION_LIST")
     names: list[str | None] = [None] * ndim
     for i in range(min(ndim, len(lists))):
         try:
@@ -124,10 +125,7 @@ def _is_dataset(g: h5py.Group, name: str) -> bool:
 def nc_member(ctx: ScanContext, name: str, d: h5py.Dataset) -> NcMember:
     """h5netcdf's reads of one dataset: its CLASS and NAME, netCDF-4's ids, the scales on each axis."""
     present = set(d.attrs.keys())
-
-    def value(name: str) -> Any:  # what d.attrs[name] returns, without h5py's attribute manager
-        return attribute_value(h5py.h5a.open(d.id, name.encode("utf-8")))
-
+    value = partial(attribute, d.id)
     m = NcMember(name, None if d.shape is None else tuple(int(s) for s in d.shape))
     if "CLASS" in present:
         m.scale = bool(np.all(value("CLASS") == b"DIMENSION_SCALE"))
