@@ -169,3 +169,86 @@ def test_only_backends_known_to_read_suffix_ranges_are_asked_for_one():
     stats = ReadStats()
     raw = BlockCache(fs, "x", len(data), CacheOptions(block_size=1000, first_read=2000, tail_read=2000), stats)
     assert raw.read_range(0, len(data)) == data  # head and tail fetched by offset, as before
+
+
+# ---------------------------------------------------------------- what the prefetch sees of a file held whole
+
+
+def _walked(h5: h5py.File) -> tuple[int, int, list[str]]:
+    """The tree as the prefetch's walk sees it, a group at a time: hard-link targets (each group's
+    links read once), links into other files, virtual datasets reading other files."""
+    from h5py import h5d, h5g, h5l, h5o
+
+    targets: set[int] = set()
+    external, elsewhere = 0, []
+    groups = [(h5.id, "")]
+    while groups:
+        gid, where = groups.pop(0)
+        names: list[bytes] = []
+        gid.links.iterate(names.append)
+        for name in names:
+            info = gid.links.get_info(name)
+            external += info.type == h5l.TYPE_EXTERNAL
+            if info.type != h5l.TYPE_HARD or info.u in targets:
+                continue
+            targets.add(info.u)
+            oid, path = h5o.open(gid, name), f"{where}/{name.decode()}"
+            if isinstance(oid, h5g.GroupID):
+                groups.append((oid, path))
+            elif isinstance(oid, h5d.DatasetID) and h5py.Dataset(oid).is_virtual:
+                if any(s.file_name != "." for s in h5py.Dataset(oid).virtual_sources()):
+                    elsewhere.append(path)
+    return len(targets), external, sorted(elsewhere)
+
+
+def _reaching_file(path) -> None:
+    """Links into other files, virtual datasets reading this file and another, a group linked twice,
+    a hard-link cycle and a soft link (neither followed)."""
+    with h5py.File(path.parent / "source.h5", "w") as s:
+        s["x"] = np.arange(10)
+    with h5py.File(path, "w") as f:
+        for i in range(5):
+            f[f"g{i}/data"] = np.arange(i + 1)
+        f["g1/twice"] = f["g0"]
+        f["g2/up"] = f["g2"]
+        f["g3/soft"] = h5py.SoftLink("/g4")
+        f["g3/out"] = h5py.ExternalLink("other.h5", "/x")
+        f["out"] = h5py.ExternalLink("source.h5", "/x")
+        for name, source, dataset, n in (("elsewhere", "source.h5", "x", 10), ("here", ".", "g4/data", 5)):
+            layout = h5py.VirtualLayout(shape=(n,), dtype="i8")
+            layout[:] = h5py.VirtualSource(source, dataset, shape=(n,))
+            f["g4"].create_virtual_dataset(name, layout, fillvalue=-1)
+
+
+def _seen_whole_cases() -> list:
+    from corpus import CORPUS, manifest_rows
+
+    return ["built"] + [pytest.param(str(CORPUS / r["relpath"]), id=r["relpath"]) for r in manifest_rows()]
+
+
+@pytest.mark.parametrize("target", _seen_whole_cases())
+def test_a_file_held_whole_is_seen_as_the_walk_sees_it(target, tmp_path):
+    """Once the cache holds a whole file, the prefetch asks libhdf5's visits instead of walking on
+    (refindex.source._prefetch.seen_whole): the same objects, links into other files and virtual
+    datasets reading other files as a walk of the file's tree, for every corpus file and a file of
+    every kind of link; what the walk found already is kept, never listed twice."""
+    from refindex.source._prefetch import seen_whole
+
+    path = tmp_path / "reaching.h5" if target == "built" else target
+    if target == "built":
+        _reaching_file(path)
+    try:
+        h5 = h5py.File(path, "r")
+    except OSError:
+        pytest.skip("not a file h5py opens")  # (the corpus's raw external-storage blobs)
+    with h5:
+        objects, external, elsewhere = _walked(h5)
+        seen = seen_whole(h5, set(), [])
+        assert seen.complete and (seen.objects, seen.external_links, sorted(seen.reads_elsewhere)) == (
+            objects, external, elsewhere)
+        if target == "built":
+            assert (objects, external, elsewhere) == (12, 2, ["/g4/elsewhere"])
+            walked = h5py.h5o.get_info(h5["g4/elsewhere"].id).addr
+            again = seen_whole(h5, {walked}, ["/g4/elsewhere"])
+            assert again.reads_elsewhere == ["/g4/elsewhere"] and again.objects == objects
+            assert not seen_whole(h5, set(), [], limit=5).complete
