@@ -170,8 +170,9 @@ def prefetch_tree(h5, raw, limit: int = 100_000) -> TreeSeen:
                         out.external_links += 1
             pending = [addr for _, _, _, addr in children]
             raw.prefetch(pending)
-            raw.prefetch([c for a in pending for c in walker.continuations(a)])
-            _warm_objects(walker, raw, pending)
+            if not getattr(raw, "holds_everything", False):  # (that fetch may have brought the rest)
+                raw.prefetch([c for a in pending for c in walker.continuations(a)])
+                _warm_objects(walker, raw, pending)
             level = []
             for gid, path, name, _ in children:
                 oid = h5o.open(gid, name)
@@ -195,7 +196,7 @@ def seen_whole(h5, opened: set[int], found: list[str], limit: int = 100_000) -> 
 
     The walk opens every object to learn its kind (~100 us each through h5py's file-object driver); on
     P4's many-object file, fetched whole after two of its four levels, the rest of the walk took ~180 ms,
-    this ~60 ms.  ``opened``: addresses the walk opened already (their datasets checked, those reading
+    this ~50 ms.  ``opened``: addresses the walk opened already (their datasets checked, those reading
     elsewhere in ``found``); more than ``limit`` objects: not ``complete``, as the walk stops there.
     """
     from h5py import h5d, h5l, h5o
