@@ -16,6 +16,8 @@ from ._chunked import BULK_INLINE
 from ._chunkiter import GRID_PREALLOCATE, chunk_table
 from ._context import ScanContext
 from ._pages import choose_pages
+from ._tables import Runs, chunk_runs
 from ._walk import scan_file
 
-__all__ = ["BULK_INLINE", "GRID_PREALLOCATE", "ScanContext", "choose_pages", "chunk_table", "scan_file", "unsafe_type"]
+__all__ = ["BULK_INLINE", "GRID_PREALLOCATE", "Runs", "ScanContext", "choose_pages", "chunk_runs", "chunk_table", "scan_file",
+           "unsafe_type"]

@@ -88,23 +88,27 @@ def misnumbered(ctx: ScanContext, d: h5py.Dataset, dcpl: Any) -> str:
 def native_listing(ctx: ScanContext, d: h5py.Dataset, dcpl: Any) -> tuple[Listing, str, Any]:
     """(listing, index type, reader) from the native readers; :class:`Unparsed` when they do not read it."""
     facts = index_facts(ctx)
-    dtype = d.dtype
-    ds = DatasetFacts(
-        path=d.name,
-        header=int(h5py.h5g.get_objinfo(d.id).objno[0]),
-        shape=tuple(int(s) for s in d.shape),
-        maxshape=tuple(None if m is None else int(m) for m in d.maxshape),
-        chunks=tuple(int(c) for c in dcpl.get_chunk()),
-        # h5py reports variable-length types by their size in memory: the layout message has the stored one
-        itemsize=None if dtype.hasobject else int(d.id.get_type().get_size()),
-        filtered=dcpl.get_nfilters() > 0,
-    )
+    ds = dataset_facts(d, dcpl)
 
     def fetch(offsets: list[int], sizes: list[int]) -> list[bytes]:
         return ctx.read_many(None, offsets, sizes)
 
     listing, layout, reader = read_chunk_index(fetch, facts, ds, ctx.progress.chunks)
     return listing, layout.index, reader
+
+
+def dataset_facts(d: h5py.Dataset, dcpl: Any) -> DatasetFacts:
+    """What libhdf5 reports of chunked ``d`` (``dcpl``: its creation property list), for a native reader."""
+    return DatasetFacts(
+        path=d.name,
+        header=int(h5py.h5g.get_objinfo(d.id).objno[0]),
+        shape=tuple(int(s) for s in d.shape),
+        maxshape=tuple(None if m is None else int(m) for m in d.maxshape),
+        chunks=tuple(int(c) for c in dcpl.get_chunk()),
+        # h5py reports variable-length types by their size in memory: the layout message has the stored one
+        itemsize=None if d.dtype.hasobject else int(d.id.get_type().get_size()),
+        filtered=dcpl.get_nfilters() > 0,
+    )
 
 
 def index_facts(ctx: ScanContext) -> FileFacts:
