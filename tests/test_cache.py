@@ -252,3 +252,27 @@ def test_a_file_held_whole_is_seen_as_the_walk_sees_it(target, tmp_path):
             again = seen_whole(h5, {walked}, ["/g4/elsewhere"])
             assert again.reads_elsewhere == ["/g4/elsewhere"] and again.objects == objects
             assert not seen_whole(h5, set(), [], limit=5).complete
+
+
+def test_what_a_cache_holds_is_the_files_bytes_in_disjoint_spans():
+    """Blocks and the pieces kept while recording, overlapping or adjoining one another, as the h5py road
+    takes them for pages (refindex.source.held_bytes): each span's bytes are the file's."""
+    from refindex.source import held_bytes
+
+    fs = fsspec.filesystem("memory")
+    url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
+    data = np.random.default_rng(3).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
+    fs.pipe_file(url, data)
+    raw = BlockCache(fs, url, len(data), CacheOptions(block_size=1000, first_read=3000, tail_read=1500), ReadStats())
+    raw.read_range(40_500, 41_200)
+    raw.pieces.update({2_500: data[2_500:3_600], 3_600: data[3_600:3_700], 10_000: data[10_000:10_010],
+                       10_005: data[10_005:10_020], 40_600: data[40_600:40_700], 90_000: data[90_000:95_000]})
+    starts, ends, held = held_bytes(raw)
+    assert starts == sorted(starts) and all(e > s for s, e in zip(starts, ends))
+    assert all(a > b for a, b in zip(starts[1:], ends))  # disjoint, adjoining ones joined
+    assert (starts[0], ends[0]) == (0, 3_700) and (10_000, 10_020) in zip(starts, ends)
+    at = 0
+    for s, e in zip(starts, ends):
+        assert held[at: at + e - s] == data[s:e]
+        at += e - s
+    assert at == len(held)

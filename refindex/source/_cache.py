@@ -342,6 +342,37 @@ class BlockCache(io.RawIOBase):
         return None
 
 
+def held_bytes(cache: BlockCache) -> tuple[list[int], list[int], bytes]:
+    """Every byte ``cache`` holds, as sorted disjoint spans (starts, ends) and their bytes one after
+    another: its blocks, and the pieces kept while recording where no block has them."""
+    bs = cache.opts.block_size
+    spans: list[tuple[int, bytes]] = []
+    run: list[int] = []
+    for i in sorted(cache.blocks):
+        if run and i != run[-1] + 1:
+            spans.append((run[0] * bs, b"".join(cache.blocks[j] for j in run)))
+            run = []
+        run.append(i)
+    if run:
+        spans.append((run[0] * bs, b"".join(cache.blocks[j] for j in run)))
+    spans += cache.pieces.items()
+    starts: list[int] = []
+    ends: list[int] = []
+    datas: list[bytes] = []
+    for a, data in sorted(spans, key=lambda s: (s[0], -len(s[1]))):
+        end = a + len(data)
+        if ends and end <= ends[-1]:
+            continue  # held whole by the spans before it
+        cut = max(0, ends[-1] - a) if ends else 0
+        datas.append(data[cut:] if cut else data)
+        if ends and a + cut == ends[-1]:  # adjoining: one span
+            ends[-1] = end
+        else:
+            starts.append(a + cut)
+            ends.append(end)
+    return starts, ends, b"".join(datas)
+
+
 def _paged(starts: list[int], lengths: list[int], page: int, size: int) -> tuple[list[int], list[int]]:
     """Each range widened to whole pages of ``page`` bytes (the last page ends at ``size``)."""
     lo = [(s // page) * page for s in starts]
