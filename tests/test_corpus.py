@@ -137,3 +137,54 @@ def test_corpus_opaque_attributes_keep_their_bytes() -> None:
             got = attrs[name]
             assert got["zarr_dtype"] == "opaque" and got["shape"] == list(aid.shape)
             assert base64.b64decode(got["base64"]) == raw.tobytes()
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["relpath"] for r in ROWS])
+def test_corpus_file_opens_on_the_fly_without_an_index(row: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``h5py_file(url, cache=False)`` makes no index (refindex.scanner._tables): libhdf5 reads the bytes
+    the prefetch brought, whose every span must be the file's, and h5py sees the file as it sees the
+    file itself.  The scan runs instead only where the prefetch could not see the whole tree."""
+    import uuid
+
+    import fsspec
+    import h5py
+    import numpy as np
+
+    from h5compare import assert_same_h5
+    from refindex.read.h5py_road import _beside
+
+    if row["notes"].startswith("NOT HDF5"):
+        pytest.skip("not an HDF5 file")
+    path = _path(row)
+    data = open(path, "rb").read()
+    url = f"memory://refindex-fly-{uuid.uuid4().hex}/{re.sub(r'[^A-Za-z0-9_-]', '_', row['relpath'])}.h5"
+    fsspec.filesystem("memory").pipe_file(url, data)
+    taken: list = []
+    light = _beside.light_road
+
+    def recorded(opened, *args, **kwargs):
+        road = light(opened, *args, **kwargs)
+        taken.append((road, opened.src.seen.complete))
+        return road
+
+    monkeypatch.setattr(_beside, "light_road", recorded)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", refindex.RefindexWarning)  # links into other files: told, compared
+            got = refindex.h5py_file(url, cache=False)
+        with h5py.File(path, "r") as want:
+            elsewhere: list[str] = []
+            if taken and taken[0][0] is not None:
+                pages = taken[0][0].pages
+                at = 0
+                for s, e in zip(np.asarray(pages.starts).tolist(), np.asarray(pages.ends).tolist()):
+                    assert pages.data[at:at + e - s] == data[s:e], f"bytes {s}-{e} are not the file's"
+                    at += e - s
+                elsewhere = pages.reads_elsewhere
+            elif taken:
+                assert not taken[0][1], "scanned although the prefetch saw the whole tree"
+            unread = {p for p, _ in EXPECTED_UNSUPPORTED.get(row["relpath"], [])} | set(elsewhere)
+            assert_same_h5(want, got, unread)
+        got.close()
+    finally:
+        fsspec.filesystem("memory").rm(url.rsplit("/", 1)[0], recursive=True)

@@ -262,3 +262,39 @@ def test_open_nwb_reads_a_file_fetched_whole_as_pynwb_reads_the_file(nwb_files, 
             assert type(got.refindex_io).__name__ != "NWBHDF5IO" and len(forks) == 1  # the zarr road: indexed here
             assert nwbcompare.assert_same_nwb(want, got) > 10
             got.refindex_io.close()
+
+
+def test_an_open_that_keeps_no_index_makes_none(tmp_path, monkeypatch):
+    """``cache=False`` on a file the prefetch does not fetch whole: no index is made (nothing would keep
+    it); libhdf5 reads the bytes the prefetch brought, the rest by range requests, and the chunk tables
+    alone steer the reads ahead.  h5py sees the file as it sees the file itself; a whole dataset of 48
+    chunks comes in a few round trips; with a cache the scan runs and its index is kept, as before."""
+    from refindex import pipeline
+
+    rng = np.random.default_rng(5)
+    path = tmp_path / "session.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("acquisition/data", data=rng.normal(size=(48 * 4096, 16)), chunks=(4096, 16))
+        for i in range(8):
+            f[f"processing/module_{i}/values"] = np.arange(i + 3)
+            f[f"processing/module_{i}"].attrs["description"] = f"module {i}"
+    made = []
+    real = pipeline.OpenedScan.refs
+    monkeypatch.setattr(pipeline.OpenedScan, "refs", lambda self, **kw: made.append(self) or real(self, **kw))
+    with webserver.serve() as server:
+        url = server.put("session.h5", path.read_bytes())
+        f = refindex.h5py_file(url, cache=False)
+        try:
+            assert made == [] and f.refindex_file.pages.nbytes < path.stat().st_size / 4
+            with h5py.File(path, "r") as local:
+                assert assert_same_h5(local, f) >= 19
+                before = f.refindex_file.stats.fetch.round_trips
+                np.testing.assert_array_equal(f["acquisition/data"][:], local["acquisition/data"][:])
+            s = f.refindex_file.stats
+            assert s.from_ahead >= 40 and s.fetch.round_trips - before <= 8, s.as_dict()
+        finally:
+            f.close()
+        cache = tmp_path / "cache"
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert len(made) == 1 and list(cache.glob("*.refs.json"))
+            assert assert_same_h5(local, f) >= 19

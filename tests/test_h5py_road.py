@@ -722,7 +722,7 @@ def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
     finally:
         f.close()
     with _counted_collections() as seen:
-        f = refindex.h5py_file(f"{base}/data.h5", cache=False)  # scanned now: its garbage collected
+        f = refindex.h5py_file(f"{base}/data.h5", cache=tmp_path / "cache")  # scanned now: its garbage collected
         assert gc.isenabled()
         assert len(seen) > 100
         f.close()

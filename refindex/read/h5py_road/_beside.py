@@ -1,4 +1,5 @@
-"""The h5py road on the fly, for a small file of many objects: opened at once, indexed beside.
+"""The h5py road on the fly without waiting for a scan: a small file of many objects opened at once and
+indexed beside; an open that keeps no index makes none.
 
 A remote file of many small objects (an NWB file of hundreds of series) no larger than
 ``CacheOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
@@ -19,6 +20,10 @@ cannot fetch: the cache refuses), writes the cache entry atomically and ends; it
 a worker that ends at once), and nothing the caller reads depends on it: when it fails, dies
 or is not done before the process ends, the cache stays empty and the next open scans.  With
 ``cache=False`` there is no child at all.
+
+With ``cache=False`` a larger file is not scanned either (:func:`light_road`): no index is kept,
+so none is made; libhdf5 reads the bytes the prefetch brought and the chunk tables alone steer
+the reads ahead.
 """
 
 from __future__ import annotations
@@ -31,12 +36,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ... import urls
 from ...gcpause import collections_allowed
 from ...lifetime import exit_with_process, process_pipe, silenced
 from ...model import Pages
 from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
+from ...scanner import chunk_runs
+from ...source import held_bytes
 from .._load import keep_in_cache
 from .._names import CacheSetting, cache_entry, cache_folder
 from ._open import Prepared, Road, prepared
@@ -62,6 +71,8 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
     with collections_allowed():  # a scan makes garbage (refindex.gcpause)
         with opened_for_scan(where, options) as opened:
             road = whole_road(opened, entry, so, accept_file, links_out)
+            if road is None and entry is None:  # no index to keep: none is made
+                road = light_road(opened, so, accept_file, links_out)
             refs = opened.refs(progress="auto") if road is None else None  # a bar in a notebook when it takes seconds
     if road is not None:
         return road
@@ -98,6 +109,26 @@ def whole_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any],
     if entry is not None:
         index_beside(opened, entry)
     return Road(src.url, src.size, pages, None, options)
+
+
+def light_road(opened: OpenedScan, options: dict[str, Any], accept_file: Callable[[Any], None] | None = None,
+               links_out: bool = True) -> Road | None:
+    """The road over the bytes the scan's prefetch fetched and the file's chunk tables, for an open that
+    keeps no index (no cache): the rest of a scan would be made to be thrown away (see
+    :mod:`refindex.scanner._tables`).  None when the prefetch did not see the whole tree (what h5py's
+    file-object driver cannot follow would be unknown): the scan runs as before.  ``options``,
+    ``accept_file``, ``links_out``: see :func:`whole_road`."""
+    src, seen, raw = opened.src, opened.src.seen, opened.src.cache
+    if raw is None or not seen.complete or (seen.external_links and not links_out):
+        return None
+    if accept_file is not None:
+        accept_file(src.h5)
+    runs = chunk_runs(src.h5, raw.read_ranges, src.size)
+    starts, ends, data = held_bytes(raw)
+    extents = {path: (int(offsets.min()), int((offsets + sizes).max())) for path, (offsets, sizes) in runs.items()}
+    pages = Pages(opened.options.page_size, src.size, np.asarray(starts, np.int64), np.asarray(ends, np.int64), data,
+                  extents=extents, external_links=seen.external_links, reads_elsewhere=sorted(seen.reads_elsewhere))
+    return Road(src.url, src.size, pages, runs.get, options)
 
 
 def can_index_beside() -> bool:
