@@ -15,6 +15,8 @@ import hashlib
 import http.server
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -876,3 +878,17 @@ def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
     while not gc.isenabled() and time.monotonic() < deadline:  # let go a moment after the fetch is done
         time.sleep(0.05)
     assert gc.isenabled()
+
+
+def test_a_file_left_open_until_the_interpreter_ends_does_not_crash_it(tmp_path):
+    """libhdf5 closes files still open from its own exit handler, after the interpreter is gone, and h5py's
+    file-object driver then calls into it: a road file kept until then (here by a class attribute of a
+    module freed last) crashed the process at exit (SIGSEGV).  The road closes its files at exit."""
+    path = tmp_path / "kept.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(100)
+    refindex.scan_to_file(str(path), str(tmp_path / "kept.json"))
+    code = ("import refindex\nfrom refindex.model import Pages\n"
+            f"f = refindex.h5py_file({str(tmp_path / 'kept.json')!r})\nPages.kept = f\nprint(int(f['x'][-1]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "99"), done.stderr[-2000:]

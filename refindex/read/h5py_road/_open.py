@@ -8,8 +8,10 @@ choose its reader without reading the index twice.
 
 from __future__ import annotations
 
+import atexit
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,6 +27,22 @@ from .._names import CacheSetting
 from .._open import ReadOptions, SourceCheck, Span, load_judges, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
 from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
+
+
+_LEFT_OPEN: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the road's h5py Files, until closed or freed
+
+
+@atexit.register
+def _close_left_open() -> None:
+    """Close the road's files still open at exit, while the interpreter still runs: libhdf5 closes what is
+    left from its own exit handler, after the interpreter is gone, and h5py's file-object driver then
+    calls into it (a segmentation fault: seen with a file kept by a class attribute of a module freed
+    last).  An exit handler registered before the first open runs after this one: it finds them closed."""
+    for f in list(_LEFT_OPEN):
+        try:
+            f.close()
+        except Exception:  # noqa: BLE001 - the process is ending: nothing left to tell
+            pass
 
 
 @dataclass
@@ -121,6 +139,7 @@ def open_road(road: Road) -> Any:
         raise RefindexError(f"h5py cannot open it through the index: {e}", file=road.url) from e
     f.refindex_file = fh
     fh.opened = True
+    _LEFT_OPEN.add(f)
     if road.external_links:
         warnings.warn(f"{road.url} has {road.external_links} external link(s): {EXTERNAL_LINKS}", RefindexWarning,
                       stacklevel=3)
