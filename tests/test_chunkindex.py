@@ -295,3 +295,39 @@ def test_extensible_array_whose_unlimited_dimension_is_not_first(tmp_path):
                 np.testing.assert_array_equal(z[name][...], f[name][()])
                 inlined = "refindex_inlined" in refindex.read.notes(refs, name)
                 assert inlined is (not native), (name, native)
+
+
+def test_chunk_runs_list_every_chunked_dataset_in_grid_order_and_skip_what_libhdf5_cannot_open(tmp_path, monkeypatch):
+    """The h5py road's tables without a scan (refindex.scanner.chunk_runs): each chunked dataset's chunks
+    where libhdf5 says they lie, in C order of the chunk grid whatever order the index keeps them in (an
+    array written backwards), none for contiguous data; a dataset libhdf5 cannot open is left out, not
+    the open's failure (h5py's own read of it will say why)."""
+    from refindex.scanner import chunk_runs
+
+    path = tmp_path / "runs.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("grid", shape=(40, 30), chunks=(10, 10), dtype="i4")
+        for i in reversed(range(4)):  # stored last row of chunks first
+            for j in reversed(range(3)):
+                d[i * 10:(i + 1) * 10, j * 10:(j + 1) * 10] = i * 3 + j
+        f.create_dataset("other/deep", data=np.arange(100.0), chunks=(7,), compression="gzip")
+        f["flat"] = np.arange(10)
+    data = path.read_bytes()
+
+    def fetch(offsets, sizes):
+        return [data[o:o + n] for o, n in zip(offsets, sizes)]
+
+    with h5py.File(path, "r") as f:
+        runs = chunk_runs(f, fetch, len(data))
+        assert sorted(runs) == ["/grid", "/other/deep"]
+        for name, (offsets, sizes) in runs.items():
+            ds = f[name]
+            infos = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+            want = {info.chunk_offset: info for info in infos}
+            order = sorted(want)  # chunk offsets in C order of the grid
+            assert offsets.tolist() == [want[o].byte_offset for o in order]
+            assert sizes.tolist() == [want[o].size for o in order]
+        real = h5py.h5d.open
+        monkeypatch.setattr(h5py.h5d, "open", lambda loc, name, *a: (_ for _ in ()).throw(KeyError(name))
+                            if name == b"grid" else real(loc, name, *a))
+        assert sorted(chunk_runs(f, fetch, len(data))) == ["/other/deep"]

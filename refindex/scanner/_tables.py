@@ -33,9 +33,15 @@ def chunk_runs(h5: h5py.File, fetch: Fetch, file_size: int) -> Runs:
     facts = _facts(h5, fetch, file_size)
     out: Runs = {}
     for name in names:
-        d = h5py.Dataset(h5d.open(h5.id, name))
-        dcpl = d.id.get_create_plist()
-        if dcpl.get_layout() != h5d.CHUNKED:
+        try:
+            d = h5py.Dataset(h5d.open(h5.id, name))
+            dcpl = d.id.get_create_plist()
+            chunked = dcpl.get_layout() == h5d.CHUNKED
+        except RefindexError:  # the source's own errors (a read that failed): the open's
+            raise
+        except Exception:  # noqa: BLE001 - libhdf5 cannot open it: reading it through h5py will say why
+            continue
+        if not chunked:
             continue
         listed = _listed(d, dcpl, fetch, facts)
         if listed is not None and len(listed[1]):
