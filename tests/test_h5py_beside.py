@@ -264,11 +264,12 @@ def test_open_nwb_reads_a_file_fetched_whole_as_pynwb_reads_the_file(nwb_files, 
             got.refindex_io.close()
 
 
-def test_an_open_that_keeps_no_index_makes_none(tmp_path, monkeypatch):
+def test_an_open_makes_no_index_it_would_wait_for(tmp_path, monkeypatch):
     """``cache=False`` on a file the prefetch does not fetch whole: no index is made (nothing would keep
     it); libhdf5 reads the bytes the prefetch brought, the rest by range requests, and the chunk tables
     alone steer the reads ahead.  h5py sees the file as it sees the file itself; a whole dataset of 48
-    chunks comes in a few round trips; with a cache the scan runs and its index is kept, as before."""
+    chunks comes in a few round trips; with a cache the open is the same, and a forked child makes the
+    index a scan makes from the bytes in memory."""
     from refindex import pipeline
 
     rng = np.random.default_rng(5)
@@ -296,5 +297,33 @@ def test_an_open_that_keeps_no_index_makes_none(tmp_path, monkeypatch):
             f.close()
         cache = tmp_path / "cache"
         with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
-            assert len(made) == 1 and list(cache.glob("*.refs.json"))
+            assert made == []  # opened at once here too, its index made beside by a child
             assert assert_same_h5(local, f) >= 19
+        assert json.loads(_entry(cache).read_text()) == json.loads(json.dumps(refindex.scan(url)))
+
+
+def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_next_time(tmp_path):
+    """The child making the index beside reads only the bytes in memory; a scan that needs values lying
+    far from any metadata (written after a large dataset) cannot be made there: nothing is cached, that
+    is remembered, and the next open scans in its process and keeps the index.  Every open reads as h5py."""
+    rng = np.random.default_rng(2)
+    path = tmp_path / "far.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("labels", shape=(6,), dtype="i8")  # its header now, its values where they are written
+        f.create_dataset("first", data=rng.normal(size=(2_000_000,)))
+        f["labels"][:] = np.arange(6)
+        f.create_dataset("second", data=rng.normal(size=(2_000_000,)))
+    cache = tmp_path / "cache"
+    with webserver.serve() as server:
+        url = server.put("far.h5", path.read_bytes())
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 3
+        deadline = time.monotonic() + 60
+        while not list(cache.glob("*.scan-here")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p.name.endswith(".refs.json.scan-here") for p in cache.iterdir()] == [True]
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 3
+        [entry] = list(cache.iterdir())  # scanned here: kept, and no longer remembered
+        assert entry.name.endswith(".refs.json")
+        assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(url)))

@@ -377,14 +377,22 @@ def test_chunks_above_a_part_read_as_the_file_does(tmp_path):
             assert stats(f).from_ahead >= 9
 
 
-def test_on_the_fly_the_file_is_scanned_first(site, tmp_path):
+def test_on_the_fly_the_file_opens_at_once_and_its_index_is_cached_beside(site, tmp_path):
+    """The open reads the bytes the scan's prefetch fetched; the index, made by a child from them, is the
+    one a scan makes, and the next open takes it from the cache."""
     folder, handler, base = site
-    f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    f = refindex.h5py_file(f"{base}/data.h5", cache=str(cache))
     try:
         with h5py.File(folder / "data.h5", "r") as want:
             assert_same_h5(want, f)
     finally:
         f.close()
+    deadline = time.monotonic() + 60
+    while not list(cache.glob("*.refs.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [entry] = list(cache.glob("*.refs.json"))
+    assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(f"{base}/data.h5")))
     start = len(handler.log)
     f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))  # from the index cache
     try:

@@ -14,7 +14,8 @@ from ..lazy import attribute_loader
 # that request before it loads the block cache, the prefetch and the rest.
 _WHERE = {
     "CacheOptions": "_cache",
-    "BlockCache": "_cache", "ReadStats": "_cache", "held_bytes": "_cache", "merge_ranges": "_cache",
+    "BlockCache": "_cache", "FetchInFork": "_cache", "ReadStats": "_cache", "held_bytes": "_cache",
+    "merge_ranges": "_cache",
     "WHOLE_FILE_FALLBACK": "_failures", "ranged": "_failures", "reason_of": "_failures", "source_error": "_failures",
     "whole_file": "_failures",
     "fingerprint_digest": "_fingerprint:digest", "fingerprint_spans": "_fingerprint:recorded_spans",

@@ -40,6 +40,17 @@ class ReadStats:
                 "fetch_seconds": round(self.seconds, 4)}
 
 
+class FetchInFork(SourceError):
+    """A forked copy of a block cache was asked for bytes it does not hold (only its parent fetches)."""
+
+
+def refuse_in_fork(cache: "BlockCache") -> None:
+    """A forked copy was asked to fetch: refused, and marked ``refused_in_fork`` (libhdf5, between the
+    reader and the cache, turns the error into its own: the mark is what a forked scan can ask)."""
+    cache.refused_in_fork = True
+    raise FetchInFork("cannot fetch in a forked process (its parent opened the file)", file=cache.path)
+
+
 class BlockCache(io.RawIOBase):
     """A read-only, seekable file over ``fs.cat_file`` with a keep-everything block cache."""
 
@@ -233,7 +244,7 @@ class BlockCache(io.RawIOBase):
         """The bytes of ``ranges`` in one round trip: concurrent requests, each at most :data:`PART` bytes
         (a long range is fetched as parts side by side), a failed one retried alone; counted and checked."""
         if os.getpid() != self._pid:  # a forked copy: the event loop that fetches runs in the parent only
-            raise SourceError("cannot fetch in a forked process (its parent opened the file)", file=self.path)
+            refuse_in_fork(self)
         parts = [(p, min(b, p + PART)) for a, b in ranges for p in range(a, b, PART)] or [(a, a) for a, _ in ranges]
         datas = self._fetch_parts(parts)
         out, at = [], 0

@@ -1,5 +1,5 @@
-"""The h5py road on the fly without waiting for a scan: a small file of many objects opened at once and
-indexed beside; an open that keeps no index makes none.
+"""The h5py road on the fly without waiting for a scan: libhdf5 reads the bytes the scan's first round
+trips fetched, and the index, when the cache wants one, is made beside.
 
 A remote file of many small objects (an NWB file of hundreds of series) no larger than
 ``CacheOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
@@ -21,9 +21,11 @@ a worker that ends at once), and nothing the caller reads depends on it: when it
 or is not done before the process ends, the cache stays empty and the next open scans.  With
 ``cache=False`` there is no child at all.
 
-With ``cache=False`` a larger file is not scanned either (:func:`light_road`): no index is kept,
-so none is made; libhdf5 reads the bytes the prefetch brought and the chunk tables alone steer
-the reads ahead.
+A larger file is not waited for either (:func:`light_road`): libhdf5 needs of a scan only the
+chunk tables (the rest, every attribute, values copied in, the index's JSON, is the cache's); it
+reads the bytes the prefetch brought, and the tables steer its reads ahead.  The index is made
+beside the same way, from the bytes in memory; a file whose scan needs more (values far from
+any metadata) is remembered (:func:`scan_here`) and scanned in the process at its next open.
 """
 
 from __future__ import annotations
@@ -57,10 +59,11 @@ CHILD_SECONDS = 300  # the child making the index ends after this long, done or 
 def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
                cache: CacheSetting, accept: Callable[[Any], None] | None = None,
                accept_file: Callable[[Any], None] | None = None, links_out: bool = True) -> Road | Prepared:
-    """An HDF5 file at a URL whose index the cache does not hold, for the h5py road: scanned now and its
-    index kept in the cache (as :func:`~refindex.read.index_of_file` does), prepared (fresh: no check);
-    or, when the scan fetched all of it and it has many objects, the road over its bytes
-    (:func:`whole_road`).  ``accept(index)`` / ``accept_file(h5py file)`` may refuse the file before
+    """An HDF5 file at a URL whose index the cache does not hold, for the h5py road: the road over the
+    bytes its scan's prefetch fetched (:func:`whole_road` when that is all of it, else
+    :func:`light_road`), its index made beside for the cache; or, where neither can be taken, scanned
+    now, its index kept in the cache (as :func:`~refindex.read.index_of_file` does) and prepared
+    (fresh: no check).  ``accept(index)`` / ``accept_file(h5py file)`` may refuse the file before
     anything is cached (``open_nwb``: not an NWB file); ``links_out=False``: a file linking into other
     files is indexed here (``open_nwb``'s "auto" reads it through the zarr road, which needs the index)."""
     options = ScanOptions().but(storage_options=dict(storage_options or {}))
@@ -71,8 +74,8 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
     with collections_allowed():  # a scan makes garbage (refindex.gcpause)
         with opened_for_scan(where, options) as opened:
             road = whole_road(opened, entry, so, accept_file, links_out)
-            if road is None and entry is None:  # no index to keep: none is made
-                road = light_road(opened, so, accept_file, links_out)
+            if road is None:
+                road = light_road(opened, entry, so, accept_file, links_out)
             refs = opened.refs(progress="auto") if road is None else None  # a bar in a notebook when it takes seconds
     if road is not None:
         return road
@@ -80,6 +83,7 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
         accept(refs)
     if entry is not None:
         keep_in_cache(refs, entry)
+        scan_here(entry).unlink(missing_ok=True)
     prep = prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
                     allowed_urls=None, trust=True, group=None, branch=None, snapshot=None)
     raw = opened.src.cache
@@ -111,24 +115,45 @@ def whole_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any],
     return Road(src.url, src.size, pages, None, options)
 
 
-def light_road(opened: OpenedScan, options: dict[str, Any], accept_file: Callable[[Any], None] | None = None,
-               links_out: bool = True) -> Road | None:
-    """The road over the bytes the scan's prefetch fetched and the file's chunk tables, for an open that
-    keeps no index (no cache): the rest of a scan would be made to be thrown away (see
-    :mod:`refindex.scanner._tables`).  None when the prefetch did not see the whole tree (what h5py's
-    file-object driver cannot follow would be unknown): the scan runs as before.  ``options``,
+def light_road(opened: OpenedScan, entry: Path | None, options: dict[str, Any],
+               accept_file: Callable[[Any], None] | None = None, links_out: bool = True) -> Road | None:
+    """The road over the bytes the scan's prefetch fetched and the file's chunk tables: what libhdf5
+    needs of a scan (see :mod:`refindex.scanner._tables`).  The index, when ``entry`` wants one, is made
+    by a forked child from the bytes in memory, as :func:`whole_road`'s; a child that needed bytes it
+    did not hold leaves :func:`scan_here` behind, and the next open scans in this process.  None when
+    the prefetch did not see the whole tree (what h5py's file-object driver cannot follow would be
+    unknown), or an index is wanted that no child can make: the scan runs as before.  ``options``,
     ``accept_file``, ``links_out``: see :func:`whole_road`."""
     src, seen, raw = opened.src, opened.src.seen, opened.src.cache
     if raw is None or not seen.complete or (seen.external_links and not links_out):
         return None
+    if entry is not None and (not can_index_beside() or scan_here(entry).exists()):
+        return None  # the scan runs here, so that its index is cached
     if accept_file is not None:
         accept_file(src.h5)
+    if entry is not None:
+        index_beside(opened, entry)  # before the tables are listed: the child's pages are what a scan reads
     runs = chunk_runs(src.h5, raw.read_ranges, src.size)
     starts, ends, data = held_bytes(raw)
     extents = {path: (int(offsets.min()), int((offsets + sizes).max())) for path, (offsets, sizes) in runs.items()}
     pages = Pages(opened.options.page_size, src.size, np.asarray(starts, np.int64), np.asarray(ends, np.int64), data,
                   extents=extents, external_links=seen.external_links, reads_elsewhere=sorted(seen.reads_elsewhere))
     return Road(src.url, src.size, pages, runs.get, options)
+
+
+def scan_here(entry: Path) -> Path:
+    """Left beside a cache entry by a child that could not make it from the bytes in memory: the next
+    open of that file scans in its process (and removes it once the entry is written)."""
+    return entry.with_name(entry.name + ".scan-here")
+
+
+def remember_scan_here(entry: Path) -> None:
+    """Leave :func:`scan_here` for ``entry`` (a cache that cannot take it is left as it is)."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        scan_here(entry).touch()
+    except OSError:
+        pass
 
 
 def can_index_beside() -> bool:
@@ -158,9 +183,13 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
             signal.alarm(CHILD_SECONDS)
             silenced(1, 2)
             mine = OpenedScan(opened.src, opened.options.but(split_walk=False), opened.recorder)
-            with collections_allowed():  # a scan makes garbage
-                keep_in_cache(mine.refs(), entry)
-            code = 0
+            try:
+                with collections_allowed():  # a scan makes garbage
+                    keep_in_cache(mine.refs(), entry)
+                code = 0
+            except Exception:  # noqa: BLE001 - nothing is cached; the next open scans if bytes were missing
+                if getattr(opened.src.cache, "refused_in_fork", False):
+                    remember_scan_here(entry)
         finally:
             os._exit(code)
     os.close(pipe[0])

@@ -41,8 +41,8 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
 
     ``target``: an index (dict, JSON path/URL, parquet folder, Icechunk repository with
     ``group``/``branch``/``snapshot``) or the HDF5 file itself (local path or URL: scanned
-    on the fly, or found in the local index ``cache``, as :func:`refindex.open_nwb` does; with
-    ``cache=False`` a URL's chunks are listed, and no index, which nothing would keep, is made).
+    on the fly, or found in the local index ``cache``, as :func:`refindex.open_nwb` does: a URL
+    opens from the bytes the scan's first round trips fetch, its index made beside for the cache).
     libhdf5 reads the metadata the index carries (its pages: no request); other bytes come
     by range requests from the file, through refindex's source layer (retries, a block cache
     for small reads, the chunks libhdf5 will ask for next fetched ahead, concurrently).
