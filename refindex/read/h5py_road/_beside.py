@@ -181,6 +181,7 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
             exit_with_process(pipe)  # (with this process: the thread that called may end at once)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not a handler of the caller's
             signal.alarm(CHILD_SECONDS)
+            os.nice(10)  # the caller's reads first: it is reading the file this child indexes
             silenced(1, 2)
             mine = OpenedScan(opened.src, opened.options.but(split_walk=False), opened.recorder)
             try:
