@@ -12,6 +12,7 @@ test files take that road.
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from pathlib import Path
@@ -327,3 +328,39 @@ def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_nex
         [entry] = list(cache.iterdir())  # scanned here: kept, and no longer remembered
         assert entry.name.endswith(".refs.json")
         assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(url)))
+
+
+def test_a_child_whose_scan_absorbed_a_refused_fetch_keeps_no_index(tmp_path, monkeypatch):
+    """A scan may absorb a read's error on its way (an attribute reported unreadable, a dimension named
+    otherwise): in the child, a fetch its cache refused is such an error, and the index it then makes is
+    not a scan's.  Nothing is cached, that is remembered, and the next open scans in its process."""
+    from refindex import pipeline
+
+    path = tmp_path / "big.h5"  # a file whose scan needs no byte beyond what the open fetched
+    with h5py.File(path, "w") as f:
+        f.create_dataset("data", data=np.random.default_rng(4).normal(size=(48 * 4096, 16)), chunks=(4096, 16))
+        f.attrs["title"] = "chunks far from the metadata"
+    real = pipeline.OpenedScan.refs
+    parent = os.getpid()
+    made: list = []
+
+    def absorbing(self, **kw):
+        if os.getpid() == parent:
+            return real(self, **kw)
+        try:  # the child: a read of bytes the open never fetched, its error swallowed
+            self.src.cache.read_ranges([self.src.size // 2], [8])
+        except Exception:  # noqa: BLE001 - as a scan's own fallbacks do
+            pass
+        return made[0]  # an index that looks complete
+
+    monkeypatch.setattr(pipeline.OpenedScan, "refs", absorbing)
+    cache = tmp_path / "cache"
+    with webserver.serve() as server:
+        url = server.put("big.h5", path.read_bytes())
+        made.append(refindex.scan(url))
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 1
+        deadline = time.monotonic() + 60
+        while not list(cache.glob("*.scan-here")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [p.name.endswith(".refs.json.scan-here") for p in cache.iterdir()] == [True]

@@ -45,8 +45,9 @@ class FetchInFork(SourceError):
 
 
 def refuse_in_fork(cache: "BlockCache") -> None:
-    """A forked copy was asked to fetch: refused, and marked ``refused_in_fork`` (libhdf5, between the
-    reader and the cache, turns the error into its own: the mark is what a forked scan can ask)."""
+    """A forked copy was asked to fetch: refused, and marked ``refused_in_fork``.  A scan may absorb the
+    error on its way (an attribute it reports unreadable, a dimension it names otherwise): the mark,
+    not the error, tells a forked scan that its index is not the one a scan makes."""
     cache.refused_in_fork = True
     raise FetchInFork("cannot fetch in a forked process (its parent opened the file)", file=cache.path)
 

@@ -184,13 +184,17 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
             os.nice(10)  # the caller's reads first: it is reading the file this child indexes
             silenced(1, 2)
             mine = OpenedScan(opened.src, opened.options.but(split_walk=False), opened.recorder)
+            refs = None
             try:
                 with collections_allowed():  # a scan makes garbage
-                    keep_in_cache(mine.refs(), entry)
+                    refs = mine.refs()
+            except Exception:  # noqa: BLE001 - nothing is cached
+                pass
+            if getattr(opened.src.cache, "refused_in_fork", False):
+                remember_scan_here(entry)  # even a scan that absorbed the refusal: its index is not a scan's
+            elif refs is not None:
+                keep_in_cache(refs, entry)
                 code = 0
-            except Exception:  # noqa: BLE001 - nothing is cached; the next open scans if bytes were missing
-                if getattr(opened.src.cache, "refused_in_fork", False):
-                    remember_scan_here(entry)
         finally:
             os._exit(code)
     os.close(pipe[0])
