@@ -44,15 +44,15 @@ def _many_objects(path: Path, n: int = 60) -> None:
         f.create_dataset("refs", data=[f["series_000"].ref, f["series_001/data"].ref], dtype=h5py.ref_dtype)
 
 
-def _entry(cache: Path, seconds: float = 60) -> Path:
-    """The cache entry the child writes (waited for)."""
+def _entry(cache: Path, seconds: float = 60, pattern: str = "*.refs.json") -> Path:
+    """The cache entry the child writes (waited for); ``pattern``: what else it leaves."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        found = list(cache.glob("*.refs.json")) if cache.is_dir() else []
+        found = list(cache.glob(pattern)) if cache.is_dir() else []
         if found:
             return found[0]
         time.sleep(0.05)
-    raise AssertionError(f"no cache entry in {cache} after {seconds} s")
+    raise AssertionError(f"no {pattern} in {cache} after {seconds} s")
 
 
 @pytest.fixture
@@ -319,10 +319,8 @@ def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_nex
         url = server.put("far.h5", path.read_bytes())
         with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
             assert assert_same_h5(local, f) >= 3
-        deadline = time.monotonic() + 60
-        while not list(cache.glob("*.scan-here")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [p.name.endswith(".refs.json.scan-here") for p in cache.iterdir()] == [True]
+        assert _entry(cache, pattern="*.scan-here").name.endswith(".refs.json.scan-here")
+        assert len(list(cache.iterdir())) == 1
         with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
             assert assert_same_h5(local, f) >= 3
         [entry] = list(cache.iterdir())  # scanned here: kept, and no longer remembered
@@ -360,7 +358,5 @@ def test_a_child_whose_scan_absorbed_a_refused_fetch_keeps_no_index(tmp_path, mo
         made.append(refindex.scan(url))
         with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
             assert assert_same_h5(local, f) >= 1
-        deadline = time.monotonic() + 60
-        while not list(cache.glob("*.scan-here")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [p.name.endswith(".refs.json.scan-here") for p in cache.iterdir()] == [True]
+        assert _entry(cache, pattern="*.scan-here").name.endswith(".refs.json.scan-here")
+        assert len(list(cache.iterdir())) == 1
