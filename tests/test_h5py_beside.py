@@ -303,17 +303,22 @@ def test_an_open_makes_no_index_it_would_wait_for(tmp_path, monkeypatch):
         assert json.loads(_entry(cache).read_text()) == json.loads(json.dumps(refindex.scan(url)))
 
 
-def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_next_time(tmp_path):
-    """The child making the index beside reads only the bytes in memory; a scan that needs values lying
-    far from any metadata (written after a large dataset) cannot be made there: nothing is cached, that
-    is remembered, and the next open scans in its process and keeps the index.  Every open reads as h5py."""
+def _far(path: Path) -> Path:
+    """A file whose scan needs values lying far from any metadata (written after a large dataset)."""
     rng = np.random.default_rng(2)
-    path = tmp_path / "far.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("labels", shape=(6,), dtype="i8")  # its header now, its values where they are written
         f.create_dataset("first", data=rng.normal(size=(2_000_000,)))
         f["labels"][:] = np.arange(6)
         f.create_dataset("second", data=rng.normal(size=(2_000_000,)))
+    return path
+
+
+def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_next_time(tmp_path):
+    """The child making the index beside reads only the bytes in memory; a scan that needs values lying
+    far from any metadata (written after a large dataset) cannot be made there: nothing is cached, that
+    is remembered, and the next open scans in its process and keeps the index.  Every open reads as h5py."""
+    path = _far(tmp_path / "far.h5")
     cache = tmp_path / "cache"
     with webserver.serve() as server:
         url = server.put("far.h5", path.read_bytes())
@@ -325,6 +330,27 @@ def test_a_file_whose_index_needs_more_than_the_open_fetched_is_indexed_here_nex
             assert assert_same_h5(local, f) >= 3
         [entry] = list(cache.iterdir())  # scanned here: kept, and no longer remembered
         assert entry.name.endswith(".refs.json")
+        assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(url)))
+
+
+def test_a_mark_the_cache_will_not_let_go_changes_nothing_the_caller_reads(tmp_path):
+    """The open that scans because a child left :func:`_beside.scan_here` removes the mark once the index is
+    kept; a cache that refuses that (made read-only since; here the mark is a folder with a file in it)
+    still gives the open its file, read as h5py reads it, and the index is kept."""
+    path = _far(tmp_path / "far.h5")
+    cache = tmp_path / "cache"
+    with webserver.serve() as server:
+        url = server.put("far.h5", path.read_bytes())
+        with refindex.h5py_file(url, cache=cache) as f:
+            pass
+        mark = _entry(cache, pattern="*.scan-here")
+        mark.unlink()
+        mark.mkdir()
+        (mark / "kept").write_text("x")  # unlink() now fails with an OSError
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert assert_same_h5(local, f) >= 3
+        assert mark.is_dir()
+        entry = mark.with_name(mark.name.removesuffix(".scan-here"))
         assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(url)))
 
 

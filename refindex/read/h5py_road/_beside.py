@@ -83,7 +83,7 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
         accept(refs)
     if entry is not None:
         keep_in_cache(refs, entry)
-        scan_here(entry).unlink(missing_ok=True)
+        forget_scan_here(entry)
     prep = prepared(refs, storage_options=storage_options, remote_options=so, check_source=False, cache=cache,
                     allowed_urls=None, trust=True, group=None, branch=None, snapshot=None)
     raw = opened.src.cache
@@ -152,6 +152,15 @@ def remember_scan_here(entry: Path) -> None:
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         scan_here(entry).touch()
+    except OSError:
+        pass
+
+
+def forget_scan_here(entry: Path) -> None:
+    """Remove :func:`scan_here` for ``entry`` once it was scanned here (a cache that cannot take the change,
+    made read-only since, is left as it is: the open has its index, and the next one scans again)."""
+    try:
+        scan_here(entry).unlink(missing_ok=True)
     except OSError:
         pass
 
