@@ -339,14 +339,24 @@ def road_goals(res: dict[str, dict[str, Any]]) -> list[str]:
               lambda: f"{i['open_s'] - a['open_s']:+.2f} s", lambda: i["open_s"] - a["open_s"] <= 0.5),
         _goal("h5py road on the fly with the default cache (i') within 0.5 s of the local floor", [a, i2],
               lambda: f"{i2['open_s'] - a['open_s']:+.2f} s", lambda: i2["open_s"] - a["open_s"] <= 0.5),
-        _goal("whole ElectricalSeries through h5py_file (h) at least as fast as the zarr road (d') and >= 4x "
-              "h5py + fsspec blockcache (c)", [h, zr, c],
-              lambda: f"{h['whole_s']:.3f} s vs {zr['whole_s']:.3f} s (zarr road), {c['whole_s']:.3f} s "
-                      f"(blockcache: {c['whole_s'] / h['whole_s']:.1f}x)",
-              lambda: h["whole_s"] <= zr["whole_s"] and c["whole_s"] >= 4 * h["whole_s"]),
+        _goal("whole ElectricalSeries through h5py_file (h) at least as fast as the zarr road (d')", [h, zr],
+              lambda: f"{h['whole_s']:.3f} s vs {zr['whole_s']:.3f} s", lambda: h["whole_s"] <= zr["whole_s"]),
+        blockcache_goal(h, c),
     ] + ([f"- open: h5py road (h) {h['open_s']:.3f} s against the zarr road (d') {zr['open_s']:.3f} s "
           f"({h['open_s'] / zr['open_s']:.2f}x), both pre-indexed, same imports (a comparison, no goal)"]
          if _ok(h) and _ok(zr) else [])
+
+
+def blockcache_goal(h: dict[str, Any], c: dict[str, Any]) -> str:
+    """The whole series through h5py_file (h) >= 4x h5py + fsspec's block cache (c): decided here only when (c)
+    fetched the series for its read; when its open already downloaded it (a file of a few 8 MiB blocks), (c)
+    reads from memory, and P3, which reads the series alone, decides."""
+    text = "whole ElectricalSeries through h5py_file (h) >= 4x h5py + fsspec blockcache (c)"
+    if _ok(h) and _ok(c) and not c["whole_mb"]:
+        return (f"- {text}: not decided here, (c)'s open fetched the series with the file's first blocks "
+                f"({c['whole_s']:.3f} s from memory against (h) {h['whole_s']:.3f} s); P3 decides")
+    return _goal(text, [h, c], lambda: f"{c['whole_s'] / h['whole_s']:.1f}x",
+                 lambda: c["whole_s"] >= 4 * h["whole_s"])
 
 
 def pages_section(paths: list[Path], repeat: int, timeout: float) -> list[str]:
