@@ -59,15 +59,25 @@ KINDS = {
                            "a compound attribute value is a JSON object"),
     "ragged data": (r"values differ first at flat index \d+: \('str', '\[",
                     "zarr has no ragged arrays: each variable-length sequence is JSON text"),
-    "references": (r"values differ first at flat index \d+: \('str', '\{.*\) != \('RegionReference'",
+    "references": (r"values differ first at flat index \d+: \('str', '\{.*\) != \('(Region)?Reference'",
                    "a reference is JSON text of its target (hdmf-zarr's form)"),
     "empty 2-d attribute": (r"attributes\[.*\]: shape \(0,\) != \(0, 0\)", "JSON states no shape for []"),
     "other files": (r"xarray cannot open it: KeyError: .* not found in consolidated metadata",
                     "external links into other files are recorded, not followed into the index"),
     "undecodable dataset": (r"(dimensions \{.*\} != |data variables: missing)",
                             "a dataset no HDF5 filter here decodes is left out (recorded as skipped)"),
-    "hdmf": (r"attributes: missing \[\], extra \['zarr_dtype'\]|dtype StringDType\(\) != <U",
-             "HDMF files keep hdmf-zarr's convention (issue 22), not netCDF's view"),
+    "hdmf": (r"attributes: missing \[\], extra \[('_ARRAY_DIMENSIONS', )?'(zarr_dtype|_DTYPE)'\]"
+             r"|dtype StringDType\(\) != <U"
+             r"|attributes\['\.specloc'\]: scalar <HDF5 object reference> shown as text"
+             r"|attributes\[.*\]: scalar np\.\w+\(.*\) shown as array \[",
+             "HDMF files keep hdmf-zarr's convention (issue 22), not netCDF's view: text as zarr's "
+             "variable-length strings, zarr_dtype (v3: _DTYPE, _ARRAY_DIMENSIONS) on every dataset, "
+             ".specloc a path, a one-element "
+             "attribute the array pynwb reads"),
+    "reference attribute": (r"attributes\[.*\]: (scalar <HDF5 (object|region) reference> shown as mapping \{'value'"
+                            r"|\[+\{'(value|object_id)': .* != array\(\[+(array\(\[)?<HDF5 (object|region) reference>)",
+                            "a reference in an attribute is JSON of its target (hdmf-zarr's form): zarr "
+                            "has no reference type"),
     "bytes fill in v3": (r"^v3 .*: dtype \|S\d+ != object",
                          "xarray's zarr v3 reader cannot decode a fixed-length bytes _FillValue "
                          "(FillValueCoder: 'Unsupported dtype |S1'): such a variable is not masked"),
@@ -86,7 +96,13 @@ ACCEPTED: dict[str, set[str]] = {
     "jhdf/external_link.hdf5": {"other files"},
     "jhdf/isssue-523.hdf5": {"compound layout"},
     "kerchunk/vlen2.h5": {"compound layout"},
+    "hdmf/1.0.5.h5": {"hdmf"},
+    "jhdf/test_attribute_latest.hdf5": {"reference attribute"},
+    "pyfive/references.hdf5": {"reference attribute", "references"},
     "pynwb/1.0.2_nwbfile.nwb": {"hdmf"},
+    "pynwb/1.1.2_nwbfile.nwb": {"hdmf"},
+    "pynwb/2.1.0_imageseries_no_data.nwb": {"hdmf"},
+    "pynwb/2.2.0_subject_no_age__reference.nwb": {"hdmf"},
     "pyfive/h5netcdf_test.hdf5": {"bytes fill in v3"},
 }
 
@@ -228,6 +244,36 @@ def test_never_written_chunks_read_as_hdf5_fill_and_xarray_masks_what_attributes
     assert np.isnan(ds["attribute_differs"].values[0]) and list(ds["attribute_differs"].values[1:]) == [6, 0, 0]
     assert np.isnan(ds["missing_value"].values[0]) and list(ds["missing_value"].values[1:]) == [0, -1, -1, -1, -1]
     assert (ds["never_written"].values == 65535).all() and float(ds["never_written_scalar"]) == 7.5
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_an_nwb_file_in_xarray_as_in_h5netcdf_but_for_hdmf_zarrs_forms(tmp_path, zarr_format):
+    """An NWB file keeps hdmf-zarr's convention, whose forms xarray shows (``zarr_dtype``, text as
+    ``StringDType``, ``.specloc`` a path, references as JSON, one-element attributes as arrays); nothing
+    else differs from h5netcdf: an integer column holding zeros is not masked (HDF5's fill value was the v2
+    ``fill_value``: xarray showed every 0 as NaN, as float64) and dimensions are named as h5netcdf names them.
+    Its zarr reads stay h5py's and pynwb's through hdmf-zarr (tests/test_nwb*.py)."""
+    import pynwb
+    from pynwb.testing.mock.file import mock_NWBFile
+
+    path = tmp_path / "zeros.nwb"
+    nwb = mock_NWBFile()
+    nwb.add_acquisition(pynwb.TimeSeries(name="counts", data=np.array([0, 3, 0, 7], dtype="i4"), unit="n",
+                                         timestamps=np.array([0.0, 1.0, 2.0, 3.0])))
+    nwb.add_trial_column("score", "an integer column with zeros")
+    for i in range(3):
+        nwb.add_trial(start_time=float(i), stop_time=i + 0.5, score=i % 2)
+    with pynwb.NWBHDF5IO(str(path), "w") as io:
+        io.write(nwb)
+    refs, found = views(path, zarr_format)
+    hdmf = ("hdmf", "reference attribute", "references")
+    assert found and {k for k in kinds_of(found)} <= set(hdmf), [d for d in found if kinds_of([d]) - set(hdmf)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        counts = open_reference(refs, "/acquisition/counts")["data"]
+        trials = open_reference(refs, "/intervals/trials")["score"]
+    assert counts.dtype == np.int32 and counts.values.tolist() == [0, 3, 0, 7]
+    assert trials.values.tolist() == [0, 1, 0]
 
 
 def test_too_many_unwritten_chunks_keep_hdf5_fill_value(tmp_path, monkeypatch):

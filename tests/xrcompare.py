@@ -340,7 +340,11 @@ def _attr_form(v: Any) -> tuple[str, Any]:
     if isinstance(v, dict):
         return "mapping", np.asarray([repr(sorted(v.items()))])
     if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim):
-        arr = np.asarray(v)
+        try:
+            arr = np.asarray(v)
+        except ValueError:  # items of different shapes (JSON of references): one object each
+            arr = np.empty(len(v), dtype=object)
+            arr[:] = [x if not isinstance(x, (list, tuple)) else repr(x) for x in v]
         if arr.dtype.kind == "O" and all(isinstance(x, (bytes, np.bytes_)) for x in arr.ravel()):
             arr = arr.astype(bytes)
         return "array", arr

@@ -21,7 +21,7 @@ it exports an HDF5 NWB file (``NWBZarrIO.export``), document by document:
   specifications, whose documents carry no attributes;
 * text, cached specifications and attribute types as :mod:`._hdmftext` says (as in v2);
 * ``_ARRAY_DIMENSIONS`` stays an attribute (hdmf-zarr writes it) and is also the array's
-  ``dimension_names``.
+  ``dimension_names``: h5netcdf's names (:mod:`._ncdims`), as xarray names them over the file.
 
 refindex's documented extensions stay as in v2 where hdmf-zarr has no form: region
 references (JSON text, ``_DTYPE: "region"``; in attributes ``{"zarr_dtype": "region",
@@ -42,6 +42,7 @@ from .. import codecs, urls
 from ..model import ArrayNode, LinkNode, Tree, join
 from ._hdmftext import decoded_chunk, present_text, record_attribute_types
 from ._links import hard_linked_arrays
+from ._ncdims import name_dimensions
 
 REFERENCE_DTYPE = "object_reference"
 MIN_COMPOUND_TEXT = 512  # hdmf-zarr's COMPOUND_DTYPE_MIN_STRING_LENGTH: matched so documents agree
@@ -54,6 +55,7 @@ class _NoForm(Exception):
 def apply_hdmf3(tree: Tree) -> list[tuple[str, str]]:
     """Rewrite ``tree`` in place into hdmf-zarr 0.14's v3 convention; returns what has no form in it."""
     hard_linked_arrays(tree)
+    name_dimensions(tree)  # as the v2 convention: xarray names them as over the file
     for link in sorted(tree.links, key=lambda item: join(item.parent, item.name)):
         group = tree.groups.get(link.parent)
         if group is not None:

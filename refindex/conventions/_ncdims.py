@@ -138,3 +138,12 @@ def _lookup(m: NcMember, state: _State) -> tuple[str, ...]:
         names.append([d.name for d in here if d.size == size][used[size]])
         used[size] += 1
     return tuple(names)
+
+
+def name_dimensions(tree: Tree) -> None:
+    """Write h5netcdf's dimension names into every array's ``_ARRAY_DIMENSIONS`` where the scan recorded
+    what they come from (in place): xarray over the index then names them as over the file."""
+    for path, dims in netcdf_dimension_names(tree).items():
+        node = tree.arrays.get(path)
+        if node is not None and len(dims) == len(node.shape):
+            node.attrs["_ARRAY_DIMENSIONS"] = dims

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..codecs import codec_pipeline, descr, encode_chunk
 from ..model import ArrayNode, Tree
-from ._ncdims import netcdf_dimension_names
+from ._ncdims import name_dimensions
 
 NON_COORD = "_nc4_non_coord_"
 # HDF5 attributes h5netcdf hides beyond those the scanner never reads (DIMENSION_LIST, ...)
@@ -43,10 +43,7 @@ TEXT_COMPRESSOR = {"id": "zlib", "level": 1}
 
 def netcdf_view(tree: Tree) -> None:
     """Rewrite the plain ``tree`` in place into what xarray over h5netcdf shows (see the module)."""
-    for path, dims in netcdf_dimension_names(tree).items():
-        node = tree.arrays.get(path)
-        if node is not None and len(dims) == len(node.shape):
-            node.attrs["_ARRAY_DIMENSIONS"] = dims
+    name_dimensions(tree)
     for node in list(tree.groups.values()) + list(tree.arrays.values()):
         for name, value in node.attrs.items():
             if name != "_ARRAY_DIMENSIONS" and name not in NOTES and not name.startswith("refindex_"):

@@ -210,5 +210,5 @@ def attr_json(ctx: ScanContext, value: Any) -> Any:
         kind = "region" if isinstance(value, h5py.RegionReference) else "object"
         return {"zarr_dtype": kind, "value": ref_obj(ctx, value)}
     if isinstance(value, np.ndarray) and h5py.check_ref_dtype(value.dtype) is not None:
-        return [attr_json(ctx, v) for v in value.reshape(-1)] if value.ndim else attr_json(ctx, value[()])
+        return [attr_json(ctx, v) for v in value] if value.ndim else attr_json(ctx, value[()])  # nested: its shape
     return jsonable(value, lambda r: ref_obj(ctx, r))

@@ -69,7 +69,7 @@ class ScanContext:
     dimids: dict[int, str] | None = None  # netCDF-4 dimension ids -> names, found when first needed
     ref_names: dict[tuple, str] = field(default_factory=dict)  # object identity -> libhdf5's name for it
     ref_targets: dict[tuple, tuple] = field(default_factory=dict)  # object identity -> (path, object_id) of references
-    nc_view: bool = False  # record what netCDF readers name dimensions from (files the plain convention may serve)
+    nc_view: bool = False  # attributes as netCDF readers show them (files the plain convention may serve)
     # Small chunks to copy into the index, read together once the walk is done.
     deferred: list[tuple[ArrayNode, ChunkTable]] = field(default_factory=list)
     index_stats: IndexStats = field(default_factory=IndexStats)  # which reader listed each dataset's chunks

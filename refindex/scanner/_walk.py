@@ -187,8 +187,7 @@ def visit_group(ctx: ScanContext, g: h5py.Group, path: str) -> None:
         elif isinstance(obj, h5py.Dataset):
             visit_dataset(ctx, obj, child)
         # Committed datatypes hold no data; they are not part of the zarr view.
-    if ctx.nc_view:
-        ctx.tree.groups[path].nc_members = nc_members(ctx, g, opened)
+    ctx.tree.groups[path].nc_members = nc_members(ctx, g, opened)  # every convention names dimensions so
 
 
 def netcdf_dimension_only(d: h5py.Dataset) -> bool:
