@@ -253,7 +253,7 @@ def test_an_nwb_file_in_xarray_as_in_h5netcdf_but_for_hdmf_zarrs_forms(tmp_path,
     else differs from h5netcdf: an integer column holding zeros is not masked (HDF5's fill value was the v2
     ``fill_value``: xarray showed every 0 as NaN, as float64) and dimensions are named as h5netcdf names them.
     Its zarr reads stay h5py's and pynwb's through hdmf-zarr (tests/test_nwb*.py)."""
-    import pynwb
+    pynwb = pytest.importorskip("pynwb")
     from pynwb.testing.mock.file import mock_NWBFile
 
     path = tmp_path / "zeros.nwb"
