@@ -264,6 +264,27 @@ def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monk
     assert sum('\\"note\\": \\"changed\\"' in e.read_text() for e in entries) == 1  # the new scan's
 
 
+def test_an_index_cached_in_an_older_form_is_not_read_again(many_objects, tmp_path, monkeypatch):
+    """A cache entry made before the form of indexes changed (refindex.read._names.INDEX_FORM) would be read
+    as it was (an NWB file's zeros masked in xarray, say): the open scans anew into an entry of its own."""
+    from refindex.read import _names
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(_names, "INDEX_FORM", _names.INDEX_FORM - 1)
+    refindex.open_nwb(str(many_objects), cache=cache)
+    [old] = list(cache.glob("*.refs.json"))
+    monkeypatch.undo()
+    calls = []
+    real_scan = refindex.pipeline.scan_refs
+    monkeypatch.setattr(refindex.pipeline, "scan_refs", lambda *a, **k: calls.append(a) or real_scan(*a, **k))
+    hio, hnwb = _hdf5_nwb(many_objects)
+    try:
+        nwbcompare.assert_same_nwb(hnwb, refindex.open_nwb(str(many_objects), cache=cache))
+    finally:
+        hio.close()
+    assert len(calls) == 1 and {p.name for p in cache.glob("*.refs.json")} - {old.name}
+
+
 def test_open_nwb_on_an_s3_url(many_objects, tmp_path):
     with moto_s3() as s3:
         _upload(s3, many_objects, "nwb-bucket/session.nwb")

@@ -48,9 +48,16 @@ def cache_folder(cache: CacheSetting = True) -> Path | None:
     return Path(base) / "refindex"
 
 
+# What an index of the same file with the same options holds, counted: raised with every change of it (2: NWB
+# files' fill values and dimension names as xarray reads them over the file), so that no index a cache kept
+# from before is read again (the package's version does not change between such changes during development).
+INDEX_FORM = 2
+
+
 def cache_entry(folder: Path, url: str, options: ScanOptions) -> Path:
-    """The cache file of ``url``'s index: keyed by the file's URL, refindex's version and the
-    options that decide the index's content."""
-    material = json.dumps({"url": urls.normalise(url), "refindex": __version__, "options": options.recorded(),
-                           "convention": options.convention}, sort_keys=True, default=repr)
+    """The cache file of ``url``'s index: keyed by the file's URL, refindex's version, the form of its
+    indexes (:data:`INDEX_FORM`) and the options that decide the index's content."""
+    material = json.dumps({"url": urls.normalise(url), "refindex": __version__, "form": INDEX_FORM,
+                           "options": options.recorded(), "convention": options.convention},
+                          sort_keys=True, default=repr)
     return folder / (hashlib.sha256(material.encode()).hexdigest()[:40] + ".refs.json")
