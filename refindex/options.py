@@ -104,6 +104,12 @@ class CacheOptions:
         return [(0, self.first_read), (-(self.tail_read + self.block_size), None)]
 
 
+# What an index of the same file with the same options holds, counted: raised with every change of it (2: NWB
+# files' fill values and dimension names as xarray reads them over the file), so that neither the index cache
+# nor a batch re-run takes an index made before as current (the package's version does not change between such
+# changes during development).
+INDEX_FORM = 2
+
 # The fields that decide what an index holds, in the order its provenance lists them.
 RECORDED = ("inline_threshold", "inline_dataset_threshold", "inline_max", "contiguous_chunk_bytes",
             "on_unsupported", "allowed_root", "allow_outside", "max_inline_total", "check_sample", "portable",

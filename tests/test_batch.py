@@ -213,6 +213,26 @@ def test_list_file_parquet_format_and_parquet_manifest(data, tmp_path):
     assert len(again.up_to_date) == 3
 
 
+def test_indexes_of_an_older_form_are_made_again(data, tmp_path, monkeypatch):
+    """A re-run after the form of indexes changed (refindex.options.INDEX_FORM: an NWB index's fill values,
+    say) indexes every input again, though no source changed; the run after it finds them up to date."""
+    from refindex.batch import _manifest
+    from refindex.options import INDEX_FORM
+
+    files = [p for p in _inputs(data) if "plain" in p.parts][:2]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("\n".join(map(str, files)) + "\n")
+    monkeypatch.setattr(_manifest, "INDEX_FORM", INDEX_FORM - 1)
+    assert len(run_batch(f"@{listing}", workers=0, progress=False).indexed) == 2
+    monkeypatch.undo()
+    again = run_batch(f"@{listing}", workers=0, progress=False)
+    assert len(again.indexed) == 2 and not again.up_to_date
+    for p in files:
+        with open(str(p) + ".refs.json") as fh:
+            assert json.load(fh) == json_roundtrip(refindex.scan(str(p)))
+    assert len(run_batch(f"@{listing}", workers=0, progress=False).up_to_date) == 2
+
+
 def _blocked_worker() -> int | None:
     """pid of our child worker process blocked opening a FIFO (no writer yet)."""
     for pid in os.listdir("/proc"):

@@ -265,12 +265,13 @@ def test_open_nwb_on_the_file_scans_once_and_caches(many_objects, tmp_path, monk
 
 
 def test_an_index_cached_in_an_older_form_is_not_read_again(many_objects, tmp_path, monkeypatch):
-    """A cache entry made before the form of indexes changed (refindex.read._names.INDEX_FORM) would be read
-    as it was (an NWB file's zeros masked in xarray, say): the open scans anew into an entry of its own."""
+    """A cache entry made before the form of indexes changed (refindex.options.INDEX_FORM) would be read as
+    it was (an NWB file's zeros masked in xarray, say): the open scans anew into an entry of its own."""
+    from refindex.options import INDEX_FORM
     from refindex.read import _names
 
     cache = tmp_path / "cache"
-    monkeypatch.setattr(_names, "INDEX_FORM", _names.INDEX_FORM - 1)
+    monkeypatch.setattr(_names, "INDEX_FORM", INDEX_FORM - 1)
     refindex.open_nwb(str(many_objects), cache=cache)
     [old] = list(cache.glob("*.refs.json"))
     monkeypatch.undo()

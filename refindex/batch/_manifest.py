@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from .. import urls
 from ..errors import RefindexError
-from ..options import ScanOptions
+from ..options import INDEX_FORM, ScanOptions
 from ..source import file_info, same_mtime
 from ..writers import ZMETADATA, atomic_write_bytes, output_error
 from ._inputs import Format, index_location
@@ -30,8 +30,9 @@ def now_text() -> str:
 
 
 def options_fingerprint(fmt: Format, options: ScanOptions, record_size: int | None) -> str:
-    """Short hash of what shapes an index (format, the options it records, convention; never credentials)."""
-    shown = {"format": fmt, "convention": options.convention, **options.recorded()}
+    """Short hash of what shapes an index (format, the options it records, convention, the form of indexes;
+    never credentials): a row of another fingerprint is indexed again."""
+    shown = {"format": fmt, "convention": options.convention, "form": INDEX_FORM, **options.recorded()}
     if record_size is not None:
         shown["record_size"] = record_size
     return hashlib.sha1(json.dumps(shown, sort_keys=True, default=repr).encode()).hexdigest()[:12]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from .. import __version__, urls
-from ..options import ScanOptions
+from ..options import INDEX_FORM, ScanOptions
 
 Kind = Literal["json", "parquet", "hdf5"]
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
@@ -48,15 +48,9 @@ def cache_folder(cache: CacheSetting = True) -> Path | None:
     return Path(base) / "refindex"
 
 
-# What an index of the same file with the same options holds, counted: raised with every change of it (2: NWB
-# files' fill values and dimension names as xarray reads them over the file), so that no index a cache kept
-# from before is read again (the package's version does not change between such changes during development).
-INDEX_FORM = 2
-
-
 def cache_entry(folder: Path, url: str, options: ScanOptions) -> Path:
     """The cache file of ``url``'s index: keyed by the file's URL, refindex's version, the form of its
-    indexes (:data:`INDEX_FORM`) and the options that decide the index's content."""
+    indexes (:data:`~refindex.options.INDEX_FORM`) and the options that decide the index's content."""
     material = json.dumps({"url": urls.normalise(url), "refindex": __version__, "form": INDEX_FORM,
                            "options": options.recorded(), "convention": options.convention},
                           sort_keys=True, default=repr)
