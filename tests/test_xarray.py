@@ -72,8 +72,7 @@ KINDS = {
              r"|attributes\[.*\]: scalar np\.\w+\(.*\) shown as array \[",
              "HDMF files keep hdmf-zarr's convention (issue 22), not netCDF's view: text as zarr's "
              "variable-length strings, zarr_dtype (v3: _DTYPE, _ARRAY_DIMENSIONS) on every dataset, "
-             ".specloc a path, a one-element "
-             "attribute the array pynwb reads"),
+             ".specloc a path, a one-element attribute the array pynwb reads"),
     "reference attribute": (r"attributes\[.*\]: (scalar <HDF5 (object|region) reference> shown as mapping \{'value'"
                             r"|\[+\{'(value|object_id)': .* != array\(\[+(array\(\[)?<HDF5 (object|region) reference>)",
                             "a reference in an attribute is JSON of its target (hdmf-zarr's form): zarr "
@@ -267,7 +266,7 @@ def test_an_nwb_file_in_xarray_as_in_h5netcdf_but_for_hdmf_zarrs_forms(tmp_path,
         io.write(nwb)
     refs, found = views(path, zarr_format)
     hdmf = ("hdmf", "reference attribute", "references")
-    assert found and {k for k in kinds_of(found)} <= set(hdmf), [d for d in found if kinds_of([d]) - set(hdmf)]
+    assert found and kinds_of(found) <= set(hdmf), [d for d in found if kinds_of([d]) - set(hdmf)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         counts = open_reference(refs, "/acquisition/counts")["data"]

@@ -177,13 +177,13 @@ def szip_shortfall(data: bytes, options_mask: int, pixels_per_block: int, bits_p
 
     libaec's szip layer (``SZ_BufftoBuffDecompress``) decodes scanlines whose length is not
     a whole number of blocks into a padded scratch buffer from ``malloc`` and reports the
-    full size however few samples the stream held, so libhdf5 and imagecodecs alike return
-    uninitialised memory for the rest of a damaged stream; imagecodecs' ``szip_decode`` with
-    ``header=True`` (the stock ``imagecodecs_szip`` codec) returned a buffer of the header's
-    size in every layout, whatever was decoded into it, until 2026.11.11 made it raise.  Those
-    values differ from read to read.  Decoding the stream as scanlines of whole blocks (the same AEC parameters: block
-    size, blocks per reference interval, sample size) into a buffer of the padded size takes
-    the path that reports how much was decoded.  ``data`` is the chunk as the szip filter
+    full size however few samples the stream held, so libhdf5 returns uninitialised memory for
+    the rest of a damaged stream, and so did imagecodecs' ``szip_decode`` with ``header=True``
+    (the stock ``imagecodecs_szip`` codec: a buffer of the header's size in every layout,
+    whatever was decoded into it) until 2026.11.11 made it raise.  Those values differ from
+    read to read.  Decoding the stream as scanlines of whole blocks (the same AEC parameters:
+    block size, blocks per reference interval, sample size) into a buffer of the padded size
+    takes the path that reports how much was decoded.  ``data`` is the chunk as the szip filter
     wrote it: a 4-byte LE size, then the stream.
     """
     import imagecodecs
