@@ -15,6 +15,7 @@ import time
 import traceback
 from typing import Any, Sequence
 
+from . import __version__
 from .errors import RefindexError, WorkerTimeout
 
 EXIT_OK, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
@@ -438,6 +439,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="refindex", description="Index HDF5/NWB files for direct reading with zarr.")
     p.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    p.add_argument("--version", action="version", version=f"refindex {__version__}",
+                   help="print refindex's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for add in (add_scan, add_verify, add_info, add_schema, add_batch, add_demo):
         add(sub)

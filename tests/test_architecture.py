@@ -42,9 +42,10 @@ def test_classes_and_functions_stay_small():
 
 
 def test_importing_refindex_and_its_cli_loads_no_heavy_library():
-    """``import refindex`` and ``refindex --help`` load neither h5py nor zarr, pandas, pyarrow, dask or pynwb."""
+    """``import refindex``, ``refindex --help`` and ``--version`` load neither h5py nor zarr, pandas, pyarrow,
+    dask or pynwb."""
     code = ("import sys, refindex, refindex.cli as c\n"
-            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "for a in ('--help', '--version'):\n    try:\n        c.main([a])\n    except SystemExit:\n        pass\n"
             "heavy = {'h5py', 'zarr', 'numcodecs', 'pandas', 'pyarrow', 'dask', 'pynwb', 'hdmf', 'fsspec', 'numpy'}\n"
             "print(sorted(heavy & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

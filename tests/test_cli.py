@@ -94,3 +94,48 @@ def test_info_reads_json_and_parquet_indexes_alike(h5file, tmp_path, capsys):
     assert a["chunks_referenced"] == 11 and a["inline_chunks"] >= 1  # 10 chunks of a, one of b
     assert main(["info", str(tmp_path / "x.parq")]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "parquet"
+
+
+def test_version_prints_the_installed_version_and_exits_0(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"refindex {version('refindex')}\n"
+
+
+def test_verify_with_its_arguments_swapped_says_so(h5file, tmp_path, capsys):
+    out = tmp_path / "data.h5.refs.json"
+    assert main(["scan", str(h5file), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out), str(h5file)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"refindex: error: the arguments are swapped: {out} is a reference index and {h5file} an HDF5 "
+                   f"file; give the HDF5 file first, then its index (refindex verify {h5file} {out})\n")
+
+
+def test_an_hdf5_file_given_as_the_index_is_called_an_hdf5_file(h5file, tmp_path, capsys):
+    """A file that starts with the HDF5 signature is never told it does not (the message once said both)."""
+    from refindex.source import HDF5_SIGNATURE, describe
+
+    copy = tmp_path / "copy.bin"  # a name that says nothing: its first bytes decide
+    copy.write_bytes(h5file.read_bytes())
+    assert main(["verify", str(h5file), str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"refindex: error: {copy}: an HDF5 file where a reference index (JSON or parquet) was expected\n"
+    assert describe(HDF5_SIGNATURE + b"\0" * 56) == "it is an HDF5 file"
+
+
+def test_verify_against_the_index_of_another_file_names_that_file(h5file, tmp_path, capsys):
+    other = tmp_path / "other.h5"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.arange(5)
+    out = tmp_path / "other.refs.json"
+    assert main(["scan", str(other), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(h5file), str(out)]) == 2
+    err = capsys.readouterr().err
+    size, other_size = h5file.stat().st_size, other.stat().st_size
+    assert err == (f"refindex: error: {h5file}: the index is of another file, {other}, and this one differs from "
+                   f"it (size {other_size} -> {size}): give the file the index was made from, or index this one\n")

@@ -184,6 +184,8 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None, fetched:
         raise SourceError("index not found", file=path) from e
     except Exception as e:  # refused, forbidden, a server error that outlasted the retries
         raise source_error(e, path, "could not read the index") from e
+    if has_hdf5_signature(lambda off, n: bytes(data[off:off + n]), len(data)):
+        raise RefindexError("an HDF5 file where a reference index (JSON or parquet) was expected", file=path)
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

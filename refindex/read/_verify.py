@@ -9,6 +9,7 @@ there is nothing to compare against).
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -276,7 +277,10 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
 
     opts = ReadOptions.of(remote_options=remote_options, remote_protocol=remote_protocol, allowed_urls=allowed_urls,
                           trust=trust, index_url=index_location(refs), check_source=False)  # (``source`` is asked)
-    refs = load_refs(refs)
+    try:
+        refs = load_refs(refs)
+    except RefindexError as e:
+        raise _swapped(source, refs) or e
     if check_index(refs, opts):
         opts = replace(opts, trust=True)
     if check_source:
@@ -285,6 +289,21 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
         _check(declared_of(refs, opts), source=str(source), storage_options=storage_options)
     return compare_file(source, refs, group if group is not None else open_group(store_of(refs, opts)),
                         storage_options)
+
+
+def _swapped(source: Any, refs: Any) -> RefindexError | None:
+    """The error for ``verify(INDEX, FILE)`` (the arguments the wrong way round), or None when they
+    are not (so the error loading ``refs`` stands as it is)."""
+    from ._load import kind_of
+
+    try:
+        kinds = ("json" if isinstance(source, dict) else kind_of(os.fspath(source)), kind_of(os.fspath(refs)))
+    except (RefindexError, TypeError):
+        return None
+    if kinds[0] == "hdf5" or kinds[1] != "hdf5":
+        return None
+    return RefindexError(f"the arguments are swapped: {source} is a reference index and {refs} an HDF5 file; "
+                         f"give the HDF5 file first, then its index (refindex verify {refs} {source})")
 
 
 def compare_file(source: Any, refs: Any, root: Any, storage_options: dict | None) -> VerifyReport:

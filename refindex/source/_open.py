@@ -322,6 +322,8 @@ def describe(head: bytes) -> str:
             return f"it is {what}"
     if not head:
         return "it is empty"
+    if head.startswith(HDF5_SIGNATURE):
+        return "it is an HDF5 file"
     text = head.lstrip()
     if text[:1] in (b"{", b"["):
         return "it is JSON, not an HDF5 file"

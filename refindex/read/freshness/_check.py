@@ -72,21 +72,32 @@ def check_fresh(provenance: Mapping[str, Any], storage_options: dict[str, Any] |
     if found.outcome == "same":
         return Freshness(found.how, info, fetched)
     if found.outcome == "changed":
-        raise _stale(where, found.why)
+        raise _stale(where, found.why, recorded)
     if not spans:  # an index made before fingerprints: as good as its validators
         if found.changed_validators:
-            raise _stale(where, found.why)
+            raise _stale(where, found.why, recorded)
         return Freshness("size", info, fetched)
     missing = [s for s in spans if s not in fetched]
     if missing:
         fetched.update(_ranges(where, storage_options, missing))
     if fingerprint_digest(spans, (fetched[s] for s in spans)) != recorded["fingerprint"]["digest"]:
-        raise _stale(where, found.why + "; the bytes the index depends on differ from the fingerprint it recorded")
+        raise _stale(where, found.why + "; the bytes the index depends on differ from the fingerprint it recorded",
+                     recorded)
     return Freshness("fingerprint", info, fetched)
 
 
-def _stale(where: str, why: str) -> StaleIndexError:
+def _stale(where: str, why: str, recorded: Mapping[str, Any]) -> StaleIndexError:
+    """The error for a source that is not what the index recorded; when the file asked about has
+    another name than the one indexed, the index is most likely of another file, and it says so."""
+    indexed = str(recorded.get("url") or "")
+    if indexed and _name(indexed) != _name(where):
+        return StaleIndexError(f"the index is of another file, {indexed}, and this one differs from it ({why}): "
+                               "give the file the index was made from, or index this one", file=where)
     return StaleIndexError(f"source changed since it was indexed ({why}): {FIX}", file=where)
+
+
+def _name(url: str) -> str:
+    return url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 def _info_and_ranges(url: str, storage_options: dict[str, Any] | None, spans: list[Span],
