@@ -32,8 +32,9 @@ $(BENCH_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# the example files stay in demo/ (README's quick starts run there); the demo ends saying how to run refindex
 demo: $(STAMP)
-	$(VENV)/bin/refindex demo
+	$(VENV)/bin/refindex demo --dir demo
 
 # two workers; a test file stays on one worker (its module fixtures and tallies), except the corpus
 # modules tests/conftest.py spreads test by test (SPREAD_MODULES), which fill the end of the run

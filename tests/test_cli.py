@@ -73,13 +73,30 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_demo_runs_and_reads_back(tmp_path, capsys):
+def test_demo_runs_and_reads_back(tmp_path, capsys, monkeypatch):
+    """The demo writes the files the documentation's examples run on, and ends saying how to run
+    ``refindex`` (after ``make demo`` it is in .venv/bin, not on the PATH: ``refindex: command not found``)."""
+    import os
+    import sys
+
+    import docfiles
+
     pytest.importorskip("pynwb")
+    pytest.importorskip("netCDF4")
+    bin_dir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if os.path.realpath(p) != os.path.realpath(bin_dir)))
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(bin_dir)))  # where `make demo` runs: the clone, .venv in it
     assert main(["demo", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "verify: 4 datasets: 4 exact" in out
-    assert "pynwb via hdmf-zarr" in out
-    assert (tmp_path / "example.nwb.refs.json").exists()
+    assert "verify: 42 datasets: 42 exact" in out and "verify: 5 datasets: 5 exact" in out
+    assert "verify: 2 datasets: 2 exact" in out
+    assert "pynwb: session 'refindex documentation session', acquisition ['ElectricalSeries'], 3 units" in out
+    assert "mean tas 284.94 K (1 missing), time 2000-01-01 .. 2000-01-06" in out
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".refs.json")) == sorted(docfiles.FILES)
+    venv = os.path.relpath(bin_dir)  # .venv/bin
+    assert out.splitlines()[-1] == (f"the command line: {venv}/refindex --help (it is not on your PATH; after "
+                                    f"`source {venv}/activate` it is `refindex`)")
 
 
 def test_info_reads_json_and_parquet_indexes_alike(h5file, tmp_path, capsys):
@@ -139,3 +156,13 @@ def test_verify_against_the_index_of_another_file_names_that_file(h5file, tmp_pa
     size, other_size = h5file.stat().st_size, other.stat().st_size
     assert err == (f"refindex: error: {h5file}: the index is of another file, {other}, and this one differs from "
                    f"it (size {other_size} -> {size}): give the file the index was made from, or index this one\n")
+
+
+def test_the_demo_says_refindex_where_it_is_on_the_path(monkeypatch):
+    import os
+    import sys
+
+    from refindex.demo import how_to_run
+
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    assert how_to_run() == "the command line: refindex --help"
