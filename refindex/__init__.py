@@ -19,6 +19,7 @@ _WHERE = {
     "open": "read", "open_nwb": "read", "h5py_file": "read", "info": "read", "verify": "read", "check": "read", "object_model": "read",
     "CheckReport": "read", "VerifyReport": "read", "ReadOptions": "read",
     "run_batch": "batch", "BatchReport": "batch",
+    "read": "read:",  # the read side's other names (refindex.read.cache_folder(), .IndexStore ...), as documented
 }
 
 __all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",

@@ -6,7 +6,10 @@
 * The blocks of one page run in order, in one fresh process (:func:`run_page` starts
   ``python tests/docs_harness.py PLAN.json``): python blocks share one namespace; each shell
   block is a ``bash -e -o pipefail`` script; a ``console`` block runs its ``$ `` lines.  All
-  run in the page's own folder, which holds the files tests/docfiles.py builds.
+  run in the page's own folder, which holds the files tests/docfiles.py builds.  Pages never share
+  an interpreter; within a page, a block may use what an earlier block imported, but not a
+  refindex submodule that only a call imported (``refindex.read.x`` after ``import refindex``):
+  those are checked in a fresh interpreter at the end of the page (:func:`submodule_paths`).
 * ``https://data.example.org/`` in a block becomes the URL of a loopback HTTP server (Range,
   ETag, Last-Modified) serving that folder (:class:`FolderServer`); ``s3://bucket/`` works
   against a moto server holding the same files (``AWS_ENDPOINT_URL`` and keys in the
@@ -18,6 +21,7 @@ traceback's lines are the page's lines.
 
 from __future__ import annotations
 
+import ast
 import email.utils
 import json
 import os
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -187,23 +192,108 @@ def run_page(page: Path, folder: Path, http_url: str, env: dict[str, str], timeo
     return proc.returncode, proc.stdout
 
 
+# ---------------------------------------------------------------- names a page may lean on
+#
+# A page's blocks share one namespace, so a block may use what an earlier one imported.  But a
+# submodule reached as an attribute (``refindex.read.cache_folder()``) may be there only because a
+# function the page called imported it: a reader who runs that block after ``import refindex``
+# meets ``AttributeError``.  Every such attribute path into refindex a block uses is checked, once
+# per page, in a fresh interpreter that does only the refindex imports the page wrote (refindex's
+# names load lazily, so what a call imported is easily taken for what ``import refindex`` gives;
+# other packages' submodules are theirs to keep, and checking them would import xarray and pynwb
+# once more per page).
+
+OWN = "refindex"
+
+
+def written_imports(tree: ast.AST) -> set[str]:
+    """The modules a block's import statements name (``import a.b`` -> a.b; ``from a import b`` -> a, a.b)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*")
+    return out
+
+
+def submodule_paths(tree: ast.AST, namespace: dict[str, Any], written: set[str]) -> set[tuple[str, tuple[str, ...]]]:
+    """(module, attributes): each ``name.sub[.sub...]`` of the block that reaches a submodule of a refindex
+    module bound in ``namespace``, where no import the page wrote names that submodule."""
+    out = set()
+    for node in ast.walk(tree):
+        attrs: list[str] = []
+        while isinstance(node, ast.Attribute):
+            attrs.insert(0, node.attr)
+            node = node.value
+        root = namespace.get(node.id) if isinstance(node, ast.Name) and attrs else None
+        if not isinstance(root, types.ModuleType) or root.__name__.split(".")[0] != OWN:
+            continue
+        obj, hops = root, []
+        for a in attrs:
+            obj = getattr(obj, a, None)
+            if not isinstance(obj, types.ModuleType):
+                break
+            hops.append(a)
+        dotted = [f"{root.__name__}.{'.'.join(hops[:i + 1])}" for i in range(len(hops))]
+        if hops and not all(any(w == d or w.startswith(d + ".") for w in written) for d in dotted):
+            out.add((root.__name__, tuple(hops)))
+    return out
+
+
+_FRESH_CHECK = """
+import importlib, json, sys
+written, paths = json.loads(sys.argv[1])
+for name in written:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+for module, hops, where in paths:
+    obj = importlib.import_module(module)
+    for i, a in enumerate(hops):
+        if not hasattr(obj, a):
+            name = ".".join([module, *hops[:i + 1]])
+            print(f"FAILED: {where}: `{name}` is there only because something the page ran imported it: a fresh "
+                  f"interpreter that does the page's imports ({', '.join(written) or module}) has no `{name}`")
+            sys.exit(1)
+        obj = getattr(obj, a)
+"""
+
+
+def check_in_fresh_interpreter(written: set[str], paths: list[tuple[str, tuple[str, ...], str]]) -> int:
+    """0 when every path resolves in a fresh interpreter after the page's own imports (else 1, said why)."""
+    if not paths:
+        return 0
+    sys.stdout.flush()
+    own = sorted(w for w in written if w.split(".")[0] == OWN)
+    return subprocess.run([sys.executable, "-c", _FRESH_CHECK, json.dumps([own, paths])],
+                          stderr=subprocess.STDOUT).returncode
+
+
 def _run_plan(plan_file: str) -> int:
     """The child: every block of the plan, in order; the first failure ends the page."""
     import traceback
 
     sys.path[0] = os.getcwd()  # as for a script in the page's folder, not tests/
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    written: set[str] = set()
+    leaning: list[tuple[str, tuple[str, ...], str]] = []
     started = time.perf_counter()
     for b in json.loads(Path(plan_file).read_text()):
         where = f"{b['page']}:{b['line']} ({b['lang']} block)"
         print(f"--- {where}, at {time.perf_counter() - started:.1f} s", flush=True)
         if b["kind"] == "python":
             try:  # blank lines in front keep the page's line numbers in tracebacks
-                exec(compile("\n" * (b["line"] - 1) + b["code"], b["page"], "exec"), namespace)
+                tree = ast.parse("\n" * (b["line"] - 1) + b["code"], b["page"])
+                exec(compile(tree, b["page"], "exec"), namespace)
             except BaseException:
                 traceback.print_exc()
                 print(f"FAILED: {where}", flush=True)
                 return 1
+            written |= written_imports(tree)
+            leaning += [(m, hops, where) for m, hops in sorted(submodule_paths(tree, namespace, written))]
             continue
         script = console_commands(b["code"]) if b["kind"] == "console" else b["code"]
         sys.stdout.flush()
@@ -211,7 +301,9 @@ def _run_plan(plan_file: str) -> int:
         if rc:
             print(f"FAILED: {where}: exit {rc} from\n{script}", flush=True)
             return 1
-    return 0
+    print(f"--- names the page leans on, at {time.perf_counter() - started:.1f} s: "
+          f"{sorted({'.'.join([m, *h]) for m, h, _ in leaning}) or 'none'}", flush=True)
+    return check_in_fresh_interpreter(written, leaning)
 
 
 if __name__ == "__main__":

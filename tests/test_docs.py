@@ -4,7 +4,8 @@ The convention (tests/docs_harness.py has it in code): each page's ```python / `
 ```console blocks run in order in one fresh process, in a folder of its own holding the files of
 tests/docfiles.py (session.nwb, climate.nc, climate2.nc, data.h5); ``https://data.example.org/``
 is a loopback HTTP server serving that folder and ``s3://bucket/`` a moto server holding the same
-files; ``<!-- not-run: reason -->`` skips the next block.
+files; ``<!-- not-run: reason -->`` skips the next block.  A block may not reach a refindex submodule
+that only a call before it imported (``refindex.read...`` after a bare ``import refindex``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,30 @@ def test_a_failing_example_fails_its_page_at_its_line(tmp_path: Path):
     assert rc == 1
     assert f"FAILED: {page}:17 (python block)" in out, out
     assert f'File "{page}", line 17' in out and "AssertionError: hello" in out
+
+
+def test_a_page_cannot_lean_on_what_a_call_imported(tmp_path: Path):
+    """``refindex.read.cache_folder()`` ran on docs/troubleshooting.md only because a call before it had
+    imported refindex.read; a reader who ran that block after ``import refindex`` met AttributeError."""
+    page = tmp_path / "page.md"
+    leaning = ("```python\nimport importlib\nimport refindex\n\nimportlib.import_module('refindex.testing')  # as a "
+               "call does\n```\n\n```python\nprint(refindex.testing.__name__)\n```\n")
+    page.write_text(leaning)
+    rc, out = run_page(page, tmp_path, "http://unused/", _page_env(tmp_path, None))
+    assert rc == 1, out
+    assert (f"FAILED: {page}:9 (python block): `refindex.testing` is there only because something the page ran "
+            "imported it: a fresh interpreter that does the page's imports (refindex) has no `refindex.testing`") in out
+    page.write_text(leaning.replace("import refindex\n", "import refindex\nimport refindex.testing\n"))
+    rc, out = run_page(page, tmp_path, "http://unused/", _page_env(tmp_path, None))
+    assert rc == 0, out  # written as an import, it is the page's own
+
+
+def test_the_read_side_is_there_after_import_refindex(tmp_path: Path):
+    """As docs/troubleshooting.md shows it: ``refindex.read.cache_folder()`` right after ``import refindex``."""
+    env = dict(os.environ, REFINDEX_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", "import refindex\nprint(refindex.read.cache_folder())"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == f"{tmp_path}\n", out.stderr
 
 
 def test_the_loopback_server_serves_ranges_etag_and_last_modified(tmp_path: Path):
