@@ -201,6 +201,28 @@ def test_site_builds_in_strict_mode(tmp_path: Path):
     built = {p.relative_to(tmp_path / "site").parts[0] for p in (tmp_path / "site").iterdir()}
     for page in (ROOT / "docs").glob("*.md"):
         assert page.stem == "index" or page.stem in built, f"docs/{page.name} is not in the site"
+    _api_page_documents_every_public_name((tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8"))
+
+
+def _api_page_documents_every_public_name(page: str) -> None:
+    """docs/api.md (mkdocstrings) has a section, with its docstring, for each name of ``refindex.__all__``,
+    made from the object ``refindex.NAME`` is; no Sphinx role is left as it was written."""
+    import html
+    import importlib.util
+
+    import refindex
+
+    spec = importlib.util.spec_from_file_location("griffe_roles", ROOT / "docs" / "griffe_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)  # the page shows a docstring's Sphinx roles as code spans
+    ids = set(re.findall(r'<h3 id="([^"]+)"', page))
+    for name in sorted(set(refindex.__all__) - {"__version__"}):
+        obj = getattr(refindex, name)
+        assert f"{obj.__module__}.{obj.__qualname__}" in ids, f"docs/api.md does not document refindex.{name}"
+        first = roles.plain(" ".join(obj.__doc__.split()).split(". ")[0]).replace("`", "")
+        assert first[:40] in " ".join(html.unescape(re.sub(r"<[^>]+>", "", page)).split()), name
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert not re.search(r":(func|class|mod|meth|attr|data|exc):", text), "a Sphinx role shows as written"
 
 
 def test_strict_mode_fails_on_a_broken_link(tmp_path: Path):

@@ -117,7 +117,10 @@ def run_batch(
     options: ScanOptions | None = None,
     **keywords: Unpack[ScanKeywords],
 ) -> BatchReport:
-    """Index every input, skipping those already up to date; see the module docstring.
+    """Index every input (paths, globs, folders, ``@urls.txt``), skipping those already up to date.
+
+    Inputs, outputs, the manifest and re-runs are described in docs/batch.md (and in the
+    docstring of :mod:`refindex.batch`).
 
     ``output``: folder / URL prefix for the indexes (default: beside each input).
     ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:

@@ -45,6 +45,10 @@ class DatasetResult:
 
 @dataclass
 class VerifyReport:
+    """What :func:`verify` found: one result per dataset name of ``file`` (``exact``, ``different``,
+    ``unreadable``, ``missing``, ``skipped`` or ``h5py-unreadable``); ``ok`` when none differs, none is
+    unreadable and none is missing.  ``summary()`` is one line of counts; a notebook shows a table."""
+
     file: str
     results: list[DatasetResult] = field(default_factory=list)
 
