@@ -117,10 +117,7 @@ def run_batch(
     options: ScanOptions | None = None,
     **keywords: Unpack[ScanKeywords],
 ) -> BatchReport:
-    """Index every input (paths, globs, folders, ``@urls.txt``), skipping those already up to date.
-
-    Inputs, outputs, the manifest and re-runs are described in docs/batch.md (and in the
-    docstring of :mod:`refindex.batch`).
+    """Index every input (paths, globs, folders, ``@urls.txt``), skipping those up to date (docs/batch.md).
 
     ``output``: folder / URL prefix for the indexes (default: beside each input).
     ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:
