@@ -148,8 +148,10 @@ def how_to_run() -> str:
     bin_dir = Path(sys.executable).parent
     command = bin_dir / "refindex"
     on_path = shutil.which("refindex")
-    if on_path and Path(on_path).resolve() == command.resolve():
+    if on_path and (not command.exists() or Path(on_path).resolve() == command.resolve()):
         return "the command line: refindex --help"
+    if not command.exists():  # (a script folder elsewhere, and not on the PATH)
+        return f"the command line: {sys.executable} -m refindex --help"
     shown = os.path.relpath(command) if command.resolve().is_relative_to(Path.cwd().resolve()) else str(command)
     text = f"the command line: {shown} --help (it is not on your PATH"
     activate = bin_dir / "activate"
