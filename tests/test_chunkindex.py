@@ -14,11 +14,8 @@ The rest of the suite compares every native table it makes too (``REFINDEX_CHECK
 from __future__ import annotations
 
 import collections
-import http.server
 import json
 import random
-import threading
-import time
 from contextlib import contextmanager
 
 import h5py
@@ -136,72 +133,11 @@ def test_fuzzed_index_structures_fall_back_or_agree(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ scans
-class _Ranges(http.server.BaseHTTPRequestHandler):
-    """One file with Range support; every request counted (``fail``: ranges answered 503 once; ``delay``:
-    seconds each request takes, ``peak``: most requests in flight at once)."""
-
-    data = b""
-    requests = 0
-    fail: set = set()
-    delay = 0.0
-    inflight = peak = 0
-    lock = threading.Lock()
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, head: bool) -> None:
-        cls = type(self)
-        with cls.lock:
-            cls.requests += 1
-            cls.inflight += 1
-            cls.peak = max(cls.peak, cls.inflight)
-        try:
-            time.sleep(cls.delay)
-            self._answer(head)
-        finally:
-            with cls.lock:
-                cls.inflight -= 1
-
-    def _answer(self, head: bool) -> None:
-        cls = type(self)
-        data, status, rng = cls.data, 200, self.headers.get("Range")
-        if rng and rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            start, end = (int(a), int(b) + 1 if b else len(data)) if a else (max(0, len(data) - int(b)), len(data))
-            if (start, end) in cls.fail:
-                cls.fail.discard((start, end))
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            data, status = data[start:end], 206
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{min(end, len(cls.data)) - 1}/{len(cls.data)}")
-        self.send_header("Accept-Ranges", "bytes")
-        self.end_headers()
-        if not head:
-            self.wfile.write(data)
-
-    def do_GET(self):
-        self._send(False)
-
-    def do_HEAD(self):
-        self._send(True)
-
-
 @contextmanager
 def serve(path):
-    handler = type("H", (_Ranges,), {"data": open(path, "rb").read(), "requests": 0, "fail": set()})
-    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """The file at ``path`` on the suite's loopback server (Range support, no validators): (server, its URL)."""
+    with webserver.serve(etag=False, last_modified=False) as server:
+        yield server, server.put(path.name, path.read_bytes())
 
 
 def _deep_tree(path, chunks=5000, size=256):
@@ -259,7 +195,7 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
         fs = fsspec.filesystem("http", skip_instance_cache=True)
         cache = BlockCache(fs, url, len(data))  # fetches the file's head and tail
         offsets = [(3 << 20) + i * (200 << 10) for i in range(20)]  # 20 ranges too far apart to merge
-        handler.fail = {(offsets[7], offsets[7] + 1000)}
+        handler.failing_ranges = {(offsets[7], offsets[7] + 1000)}
         before = (cache.stats.requests, cache.stats.round_trips)
         got = cache.read_ranges(offsets, [1000] * 20)
         assert got == [data[o:o + 1000] for o in offsets]

@@ -364,7 +364,7 @@ def test_stored_zlib_keeps_what_it_cannot_recode():
 
     import numcodecs
 
-    from refindex.read._nwb import stored_zlib
+    from refindex.read.nwb import stored_zlib
 
     plain = np.arange(5000, dtype="<i2").tobytes()
     doc = {"compressor": {"id": "zlib", "level": 4}, "filters": None, "dtype": "<i2", "chunks": [5000]}

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import h5py
@@ -197,91 +195,40 @@ def test_unreadable_file_permission_error(tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class _FlakyRangeHandler(http.server.BaseHTTPRequestHandler):
-    """Serves one file with Range support; the first ``fail`` requests get 503."""
-
-    data = b""
-    fail = 0
-    seen = 0
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, head_only: bool) -> None:
-        cls = type(self)
-        cls.seen += 1
-        cls.asked = [*getattr(cls, "asked", []), (self.command, self.headers.get("Range"))]
-        if cls.seen <= cls.fail:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        data, status = cls.data, 200
-        rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            if a:
-                start, end = int(a), (int(b) + 1 if b else len(data))
-            else:  # a suffix range: the last b bytes
-                start, end = max(0, len(data) - int(b)), len(data)
-            data, status = data[start:end], 206
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(cls.data)}")
-        self.send_header("Accept-Ranges", "bytes")
-        self.end_headers()
-        if not head_only:
-            self.wfile.write(data)
-
-    def do_GET(self):
-        self._send(False)
-
-    def do_HEAD(self):
-        self._send(True)
-
-
 def test_transient_http_errors_are_retried(tmp_path, monkeypatch):
     monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     p = _simple(tmp_path / "web.h5")
-    handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 2, "seen": 0})
-    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/web.h5"
+    with webserver.serve(etag=False, last_modified=False) as server:
+        url = server.put("web.h5", p.read_bytes())
+        server.failures = 2
         refs = refindex.scan(url)
-        assert handler.seen > 2  # the failures happened and were retried
+        assert len(server.requests) > 2 and server.failures == 0  # the failures happened and were retried
         with h5py.File(p) as f:
             np.testing.assert_array_equal(refindex.open(refs)["a"][:], f["a"][()])
-        handler.fail, handler.seen = 10**6, 0  # now it never recovers: a clean error after the retries
+        server.failures, server.requests[:] = 10**6, []  # now it never recovers: a clean error after the retries
         with pytest.raises(SourceError):
             refindex.scan(url)
         # every attempt was retried, then it gave up (fsspec's http info may try HEAD and GET;
         # the file's head and tail are asked for together with it)
         tries = source_mod.retry_policy.retries + 1
-        assert tries <= handler.seen <= 4 * tries
-    finally:
-        server.shutdown()
+        assert tries <= len(server.requests) <= 4 * tries
 
 
 def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
     """The size is asked for with the file's first and last bytes (a suffix range), not before them."""
     p = _simple(tmp_path / "web.h5")
-    handler = type("H", (_FlakyRangeHandler,), {"data": p.read_bytes(), "fail": 0, "seen": 0, "asked": []})
-    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with webserver.serve(etag=False, last_modified=False) as server:
+        url = server.put("web.h5", p.read_bytes())
         stats: dict = {}
-        refs = refindex.scan(f"http://127.0.0.1:{server.server_address[1]}/web.h5", stats=stats)
+        refs = refindex.scan(url, stats=stats)
         opts = source_mod.CacheOptions()
-        assert sorted(handler.asked, key=str) == sorted(
+        asked = [(method, rng) for method, _, rng in server.requests]
+        assert sorted(asked, key=str) == sorted(
             [("HEAD", None), ("GET", f"bytes=0-{opts.first_read - 1}"),
              ("GET", f"bytes=-{opts.tail_read + opts.block_size}")], key=str)  # nothing else: a small file
         assert (stats["round_trips"], stats["requests"]) == (1, 2)
         with h5py.File(p) as f:
             np.testing.assert_array_equal(refindex.open(refs)["a"][:], f["a"][()])
-    finally:
-        server.shutdown()
 
 
 def test_unreachable_host_is_clean_error(monkeypatch):

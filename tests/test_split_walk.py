@@ -24,6 +24,7 @@ from refindex.scanner import _pages, _split, _walk
 
 from conftest import assert_same_values, consumer_open, json_roundtrip
 from corpus import CORPUS, MISSING, manifest_rows
+from waiting import until
 
 GROUPS = 48
 
@@ -267,10 +268,8 @@ def test_the_helper_dies_with_its_parent(many, tmp_path):
                                  file=str(many), pidfile=str(pidfile))
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
-        deadline = time.monotonic() + 60
-        while not pidfile.exists() or not pidfile.read_text():
-            assert time.monotonic() < deadline and proc.poll() is None, "the helper never started"
-            time.sleep(0.05)
+        started = until(lambda: proc.poll() is not None or (pidfile.exists() and pidfile.read_text()), 60)
+        assert started and proc.poll() is None, "the helper never started"
         helper = int(pidfile.read_text())
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -283,7 +282,4 @@ def test_the_helper_dies_with_its_parent(many, tmp_path):
         except FileNotFoundError:
             return False
 
-    deadline = time.monotonic() + 10
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive()
+    assert until(lambda: not alive(), 10)

@@ -21,6 +21,7 @@ import h5guard
 import refindex
 import refindex.pipeline
 import webserver
+from waiting import until
 import refindex.source._failures
 from conftest import consumer_open, free_port, moto_s3, scan
 from refindex.cli import main as cli_main
@@ -324,15 +325,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait(predicate, seconds: float = 20.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -352,13 +344,13 @@ def test_kill_9_of_refindex_scan_leaves_no_worker_and_no_output(tmp_path):
         parent = subprocess.Popen([sys.executable, "-c", code, "scan", url, "-o", str(out)], cwd=tmp_path,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            assert _wait(lambda: _children(parent.pid) and server.requests, 60), "the worker never asked the server"
+            assert until(lambda: _children(parent.pid) and server.requests, 60), "the worker never asked the server"
             workers = _children(parent.pid)
         finally:
             parent.kill()
             parent.wait()
-        assert _wait(lambda: not any(_alive(w) for w in workers)), "the worker outlived its parent"
-        time.sleep(1.2)  # what the server still answers reaches nobody
+        assert until(lambda: not any(_alive(w) for w in workers)), "the worker outlived its parent"
+        assert until(lambda: server.inflight == 0, 10)  # what the server still answers reaches nobody
     assert not out.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".refindex-")]
 
 
@@ -373,13 +365,13 @@ def test_a_worker_killed_with_its_parent_takes_its_partial_output_along(tmp_path
     parent = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        assert _wait(lambda: [n for n in os.listdir(tmp_path) if n.startswith(".refindex-")], 60)
+        assert until(lambda: [n for n in os.listdir(tmp_path) if n.startswith(".refindex-")], 60)
         workers = _children(parent.pid)
     finally:
         parent.kill()
         parent.wait()
-    assert workers and _wait(lambda: not any(_alive(w) for w in workers))
-    assert _wait(lambda: not os.listdir(tmp_path)), os.listdir(tmp_path)  # the half-written file went too
+    assert workers and until(lambda: not any(_alive(w) for w in workers))
+    assert until(lambda: not os.listdir(tmp_path)), os.listdir(tmp_path)  # the half-written file went too
 
 
 @pytest.mark.parametrize("fmt", ["json", "icechunk"])

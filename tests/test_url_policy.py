@@ -12,13 +12,10 @@ with external links, parquet) open unchanged.
 from __future__ import annotations
 
 import copy
-import http.server
 import json
 import socket
-import threading
 import time
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import fsspec
@@ -40,51 +37,9 @@ VALUES = np.arange(4000, dtype="<f8")
 SECRET = np.arange(1000, dtype="<f8")[::-1].copy()  # a chunk's worth of bytes, recognisable
 
 
-class _RangeHandler(http.server.BaseHTTPRequestHandler):
-    """Serves ``files`` (path -> bytes) with Range support and logs every request."""
-
-    files: dict[str, bytes] = {}
-    log: list[tuple[str, str]] = []
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, head_only: bool) -> None:
-        type(self).log.append((self.command, self.path))
-        data = type(self).files.get(self.path.split("?", 1)[0])
-        if data is None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        status, rng = 200, self.headers.get("Range")
-        if rng and rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            data, status = data[int(a): int(b) + 1 if b else len(data)], 206
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Accept-Ranges", "bytes")
-        self.end_headers()
-        if not head_only:
-            self.wfile.write(data)
-
-    def do_GET(self):
-        self._send(False)
-
-    def do_HEAD(self):
-        self._send(True)
-
-
-@contextmanager
-def http_server():
-    handler = type("H", (_RangeHandler,), {"files": {}, "log": []})
-    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def _log(site) -> list[tuple[str, str]]:
+    """(method, path) of every request the site's server has answered since it was last cleared."""
+    return [(method, path) for method, path, _ in site["server"].requests]
 
 
 def _write_data(path: Path) -> None:
@@ -99,17 +54,17 @@ def site(tmp_path_factory):
     _write_data(folder / "data.h5")
     secret = tmp_path_factory.mktemp("elsewhere") / "secret.bin"
     secret.write_bytes(SECRET.tobytes())
-    with http_server() as (handler, base):
-        refs = json.loads(json.dumps(refindex.scan(str(folder / "data.h5"), url=f"{base}/data.h5",
+    with webserver.serve(etag=False, last_modified=False) as server:
+        refs = json.loads(json.dumps(refindex.scan(str(folder / "data.h5"), url=server.url("data.h5"),
                                                    inline_threshold=0, inline_dataset_threshold=0)))
-        handler.files["/data.h5"] = (folder / "data.h5").read_bytes()
-        handler.files["/index.json"] = json.dumps(refs).encode()
-        yield {"handler": handler, "base": base, "refs": refs, "secret": secret, "folder": folder}
+        server.put("data.h5", (folder / "data.h5").read_bytes())
+        server.put("index.json", json.dumps(refs).encode())
+        yield {"server": server, "base": server.base, "refs": refs, "secret": secret, "folder": folder}
 
 
 def _serve(site, refs, name="evil.json") -> str:
-    site["handler"].files["/" + name] = json.dumps(refs).encode()
-    site["handler"].log.clear()
+    site["server"].put(name, json.dumps(refs).encode())
+    site["server"].requests.clear()
     return f"{site['base']}/{name}"
 
 
@@ -120,7 +75,7 @@ def _with_chunk(refs, key: str, url: str, size: int = 8000):
 
 
 def _only_the_index_was_fetched(site, name="evil.json"):
-    assert site["handler"].log == [("GET", "/" + name)], site["handler"].log
+    assert _log(site) == [("GET", "/" + name)], _log(site)
 
 
 HOSTILE = [
@@ -199,7 +154,7 @@ def test_the_same_index_opens_when_allowed(site):
         index = _serve(site, _with_chunk(site["refs"], "x/2", url))
         assert refindex.open(index, allowed_urls=[url])["x"].shape == (4000,)
         assert refindex.open(index, trust=True)["x"].shape == (4000,)
-        assert {p for _, p in site["handler"].log} <= {"/evil.json", "/data.h5"}  # data.h5: freshness checks
+        assert {p for _, p in _log(site)} <= {"/evil.json", "/data.h5"}  # data.h5: freshness checks
 
 
 def test_a_name_resolving_to_the_metadata_address_is_refused(site, monkeypatch):
@@ -218,11 +173,10 @@ def test_a_name_resolving_to_the_metadata_address_is_refused(site, monkeypatch):
 
 
 def test_the_remote_index_reads_its_own_host(site):
-    handler = site["handler"]
-    handler.log.clear()
+    site["server"].requests.clear()
     root = refindex.open(f"{site['base']}/index.json")
     assert np.array_equal(root["x"][...], VALUES)
-    assert ("GET", "/index.json") in handler.log and any(p == "/data.h5" for _, p in handler.log)
+    assert ("GET", "/index.json") in _log(site) and any(p == "/data.h5" for _, p in _log(site))
 
 
 # ---------------------------------------------------------------- local indexes
@@ -323,7 +277,7 @@ def test_verify_and_open_nwb_refuse_a_crafted_index(site):
         with pytest.raises(refindex.UntrustedReference, match="'x/2'"):
             refindex.verify(str(data), index, check_source=False)
         _only_the_index_was_fetched(site)
-        site["handler"].log.clear()
+        site["server"].requests.clear()
         with pytest.raises(refindex.UntrustedReference, match="'x/2'"):
             refindex.open_nwb(index)
         _only_the_index_was_fetched(site)

@@ -12,6 +12,9 @@ gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a ran
 back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a whole
 body paused after its first bytes (``server.paused[name] = (nbytes, threading.Event())``).
 ``host``: another loopback address to listen on (127.0.0.2: a host other than 127.0.0.1).
+``server.failures`` answers the next N requests 503 and ``server.failing_ranges`` a given
+(start, end) once (servers that fail and recover); ``server.peak`` is the most requests answered
+at once.  This is the suite's one HTTP server: a test that needs another behaviour adds it here.
 """
 
 from __future__ import annotations
@@ -41,6 +44,24 @@ class Server:
     statuses: dict[str, int] = field(default_factory=dict)  # name -> the error status it answers
     held: dict[tuple[str, int], threading.Event] = field(default_factory=dict)  # (name, range start) -> go
     paused: dict[str, tuple[int, threading.Event]] = field(default_factory=dict)  # name -> (bytes sent first, go)
+    failures: int = 0  # the next this many requests are answered 503 (a server that recovers, or never does)
+    failing_ranges: set[tuple[int, int]] = field(default_factory=set)  # (start, end) answered 503 once each
+    delay: float = 0.0  # seconds every answer is held back (set by serve(delay=...), changeable while serving)
+    inflight: int = 0  # requests being answered now
+    peak: int = 0  # the most requests answered at once
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answers_unavailable(self, rng: str | None) -> bool:
+        """Whether this request is one of those told to fail (and count it as failed)."""
+        with self.lock:
+            if self.failures > 0:
+                self.failures -= 1
+                return True
+            span = _span(rng)
+            if span in self.failing_ranges:
+                self.failing_ranges.discard(span)
+                return True
+        return False
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -54,7 +75,15 @@ class Server:
         return self.url(name)
 
 
-def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, delay: float,
+def _span(rng: str | None) -> tuple[int, int] | None:
+    """(start, end) of a ``bytes=a-b`` Range header (end exclusive), None for anything else."""
+    if not rng or not rng.startswith("bytes=") or rng.startswith("bytes=-"):
+        return None
+    a, _, b = rng[6:].partition("-")
+    return (int(a), int(b) + 1) if b else None
+
+
+def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
              idle: float | None = None, content_range: bool = True) -> type:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -65,10 +94,25 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
             pass
 
         def _send(self, head_only: bool) -> None:
+            with server.lock:
+                server.inflight += 1
+                server.peak = max(server.peak, server.inflight)
+            try:
+                self._answer(head_only)
+            finally:
+                with server.lock:
+                    server.inflight -= 1
+
+        def _answer(self, head_only: bool) -> None:
             rng = self.headers.get("Range")
             server.requests.append((self.command, self.path, rng))
-            if delay:
-                time.sleep(delay)
+            if server.delay:
+                time.sleep(server.delay)  # a slow server: this is about time
+            if server.answers_unavailable(rng):
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             name = self.path.lstrip("/").split("?", 1)[0]
             served = server.files.get(name)
             if name in server.redirects:
@@ -167,9 +211,8 @@ def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
     """A running server on 127.0.0.1 (stopped on exit); ``tls``: (certificate, key) files, for HTTPS
     (:func:`self_signed`); ``content_range=False``: a part is sent without saying where it lies in
     the file or how long the file is (a server that breaks HTTP's rule)."""
-    server = Server(base="")
-    httpd = LoopbackHTTPServer((host, 0), _handler(server, etag, last_modified, ranges, delay, idle,
-                                                                   content_range))
+    server = Server(base="", delay=delay)
+    httpd = LoopbackHTTPServer((host, 0), _handler(server, etag, last_modified, ranges, idle, content_range))
     httpd.daemon_threads = True
     if tls is not None:
         import ssl

@@ -181,7 +181,7 @@ class IndexStore(Store):
         plots): its round trip then overlaps with work the caller does meanwhile.  Each
         key's bytes are handed out once and then dropped.  ``recode(key, data)``, run once a
         key's bytes arrive (unless a reader already waits for them), may hand out an
-        equivalent encoding that decodes faster (see ``refindex.read._nwb``).  Returns the
+        equivalent encoding that decodes faster (see ``refindex.read.nwb``).  Returns the
         bytes requested.
         """
         wanted = [(k, ref) for k in keys if k not in self._ahead and (ref := self.reference(k)) and ref[2]]
