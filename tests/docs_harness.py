@@ -22,21 +22,19 @@ traceback's lines are the page's lines.
 from __future__ import annotations
 
 import ast
-import email.utils
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 import time
 import types
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from webserver import LoopbackHTTPServer
+import webserver
 
 RUN = {"python": "python", "py": "python", "bash": "shell", "sh": "shell", "shell": "shell", "console": "console"}
 EXAMPLE_URL = "https://data.example.org/"
@@ -100,81 +98,20 @@ def console_commands(code: str) -> str:
 # ---------------------------------------------------------------- the loopback HTTP server
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """Serves one folder with Range, ETag and Last-Modified, as object stores and web servers do."""
-
-    protocol_version = "HTTP/1.1"
-    root: Path
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _file(self) -> Path | None:
-        rel = self.path.split("?", 1)[0].lstrip("/")
-        path = (self.root / rel).resolve()
-        return path if path.is_file() and self.root in path.parents else None
-
-    def _headers(self, path: Path, status: int, length: int, extra: dict[str, str]) -> None:
-        st = path.stat()
-        self.send_response(status)
-        self.send_header("Content-Length", str(length))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{st.st_mtime_ns:x}-{st.st_size:x}"')
-        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
-        for k, v in extra.items():
-            self.send_header(k, v)
-        self.end_headers()
-
-    def do_HEAD(self) -> None:
-        path = self._file()
-        if path is None:
-            return self._missing()
-        self._headers(path, 200, path.stat().st_size, {})
-
-    def do_GET(self) -> None:
-        path = self._file()
-        if path is None:
-            return self._missing()
-        data = path.read_bytes()
-        size, rng = len(data), self.headers.get("Range")
-        if not rng:
-            self._headers(path, 200, size, {})
-            self.wfile.write(data)
-            return
-        m = re.fullmatch(r"bytes=(\d*)-(\d*)", rng.strip())
-        if not m or not (m.group(1) or m.group(2)):
-            return self._missing(416)
-        start, end = (int(m.group(1)), int(m.group(2) or size - 1)) if m.group(1) else (size - int(m.group(2)), size - 1)
-        start, end = max(start, 0), min(end, size - 1)
-        if start >= size or start > end:
-            return self._missing(416)
-        self._headers(path, 206, end - start + 1, {"Content-Range": f"bytes {start}-{end}/{size}"})
-        self.wfile.write(data[start:end + 1])
-
-    def _missing(self, status: int = 404) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-
 class FolderServer:
-    """``with FolderServer(folder) as url:`` serves ``folder`` at ``url`` (``http://127.0.0.1:PORT/``)."""
+    """``with FolderServer(folder) as url:`` serves ``folder`` at ``url`` (``http://127.0.0.1:PORT/``), with
+    Range, ETag and Last-Modified as object stores and web servers do (the suite's loopback server)."""
 
     def __init__(self, folder: str | os.PathLike):
-        handler = type("Handler", (_Handler,), {"root": Path(folder).resolve()})
-        self.server = LoopbackHTTPServer(("127.0.0.1", 0), handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="docs-http", daemon=True)
+        self.folder = folder
+        self._serving = contextlib.ExitStack()
 
     def __enter__(self) -> str:
-        self.thread.start()
-        return self.url
+        server = self._serving.enter_context(webserver.serve(folder=self.folder))
+        return server.base + "/"
 
     def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self._serving.close()
 
 
 # ---------------------------------------------------------------- one page in one process

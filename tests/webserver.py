@@ -25,6 +25,7 @@ import http.server
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 
@@ -33,6 +34,7 @@ class Served:
     data: bytes
     mtime: float
     encoding: str | None = None
+    tag: str | None = None  # the ETag's text, where not made from the whole-second mtime and size
 
 
 @dataclass
@@ -50,6 +52,18 @@ class Server:
     inflight: int = 0  # requests being answered now
     peak: int = 0  # the most requests answered at once
     lock: threading.Lock = field(default_factory=threading.Lock)
+    folder: Path | None = None  # names not put here are read from this folder, as they are on disk now
+
+    def lookup(self, name: str) -> Served | None:
+        """What ``name`` serves: a file put here, else the file of that name under :attr:`folder`."""
+        served = self.files.get(name)
+        if served is not None or self.folder is None:
+            return served
+        path = (self.folder / name).resolve()
+        if not path.is_file() or self.folder not in path.parents:
+            return None
+        st = path.stat()  # the tag changes with any write, even within a second
+        return Served(path.read_bytes(), st.st_mtime, tag=f"{st.st_mtime_ns:x}-{st.st_size:x}")
 
     def answers_unavailable(self, rng: str | None) -> bool:
         """Whether this request is one of those told to fail (and count it as failed)."""
@@ -114,7 +128,7 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
                 self.end_headers()
                 return
             name = self.path.lstrip("/").split("?", 1)[0]
-            served = server.files.get(name)
+            served = server.lookup(name)
             if name in server.redirects:
                 self.send_response(302)
                 self.send_header("Location", server.redirects[name])
@@ -133,6 +147,12 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
                     start, end = int(a), min(len(data), int(b) + 1 if b else len(data))
                 else:  # a suffix range: the last b bytes
                     start, end = max(0, len(data) - int(b)), len(data)
+                if start >= end:  # nothing of the file lies there: unsatisfiable, as HTTP says
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 data, status, part = data[start:end], 206, f"bytes {start}-{end - 1}/{len(data)}"
                 if (name, start) in server.held:
                     server.held[(name, start)].wait(30)
@@ -143,7 +163,7 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
             if ranges:
                 self.send_header("Accept-Ranges", "bytes")
             if etag:
-                self.send_header("ETag", f'"{int(served.mtime):x}-{len(served.data):x}"')
+                self.send_header("ETag", f'"{served.tag or f"{int(served.mtime):x}-{len(served.data):x}"}"')
             if last_modified:
                 self.send_header("Last-Modified", email.utils.formatdate(served.mtime, usegmt=True))
             if served.encoding:
@@ -207,11 +227,12 @@ def self_signed(folder: str) -> tuple[str, str]:
 @contextlib.contextmanager
 def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True, content_range: bool = True,
           delay: float = 0.0, idle: float | None = None, tls: tuple[str, str] | None = None,
-          host: str = "127.0.0.1") -> Iterator[Server]:
+          host: str = "127.0.0.1", folder: str | Path | None = None) -> Iterator[Server]:
     """A running server on 127.0.0.1 (stopped on exit); ``tls``: (certificate, key) files, for HTTPS
     (:func:`self_signed`); ``content_range=False``: a part is sent without saying where it lies in
-    the file or how long the file is (a server that breaks HTTP's rule)."""
-    server = Server(base="", delay=delay)
+    the file or how long the file is (a server that breaks HTTP's rule); ``folder``: also serve the
+    files under it, as they are on disk at each request."""
+    server = Server(base="", delay=delay, folder=None if folder is None else Path(folder).resolve())
     httpd = LoopbackHTTPServer((host, 0), _handler(server, etag, last_modified, ranges, idle, content_range))
     httpd.daemon_threads = True
     if tls is not None:
