@@ -68,6 +68,11 @@ class Source:
 
             return of_file(self.size, headers, copied, at_hand)
 
+    def serves_ranges(self) -> bool:
+        """Does the file's server answer a range request with that range, not the whole file?  (Local
+        files and object stores do; an HTTP server is judged by its answers, :meth:`BlockCache.serves_ranges`.)"""
+        return self.cache is None or self.protocol not in ("http", "https") or self.cache.serves_ranges()
+
     def read_many(self, url: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
         """Byte ranges of the scanned file (``url`` None) or of another file next to it, in few requests.
 
