@@ -6,7 +6,7 @@ size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole second
 dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
 answer back (a slow server); ``idle`` closes a kept connection that waits longer than that for
 its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a certificate of
-:func:`self_signed`); ``server.requests`` logs (method, path, Range).  A name can also be answered
+:func:`self_signed`); ``server.requests`` logs (method, path, Range), ``server.sent`` the body bytes of each answer.  A name can also be answered
 with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
 gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be held
 back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a whole
@@ -41,6 +41,7 @@ class Server:
     statuses: dict[str, int] = field(default_factory=dict)  # name -> the error status it answers
     held: dict[tuple[str, int], threading.Event] = field(default_factory=dict)  # (name, range start) -> go
     paused: dict[str, tuple[int, threading.Event]] = field(default_factory=dict)  # name -> (bytes sent first, go)
+    sent: list[tuple[str, str | None, int]] = field(default_factory=list)  # (path, Range, body bytes) per GET answered
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
@@ -106,6 +107,7 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool, dela
                 self.send_header("Content-Encoding", served.encoding)
             self.end_headers()
             if not head_only:
+                server.sent.append((self.path, rng, len(data)))
                 pause = server.paused.get(name)
                 if pause is not None and status == 200 and len(data) > pause[0]:
                     self.wfile.write(data[: pause[0]])
