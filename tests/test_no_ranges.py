@@ -102,6 +102,24 @@ def test_every_road_reads_a_file_from_a_server_without_ranges(tmp_path):
             assert assert_same_h5(want, opened) == 5
 
 
+def test_a_file_opened_by_its_url_from_a_server_without_ranges(tmp_path):
+    """h5py_file(URL) on the fly: the file's bytes served as h5py reads them, and the index made beside
+    for the cache records that its server ignores ranges."""
+    from refindex.read.h5py_road import _beside
+
+    path = _plain(tmp_path / "plain.h5")
+    cache = tmp_path / "cache"
+    with webserver.serve(ranges=False) as server:
+        url = server.put(path.name, path.read_bytes())
+        with h5py.File(path) as want:
+            for _ in range(2):  # made on the fly, then from the cache
+                with refindex.h5py_file(url, cache=cache) as opened:
+                    assert assert_same_h5(want, opened) == 5
+                _beside.wait_for_indexes(60)
+                [entry] = cache.glob("*.refs.json")
+                assert json.loads(entry.read_text())["refindex"]["source"]["range_requests"] is False
+
+
 def test_a_server_with_ranges_is_told_by_its_answers(tmp_path):
     """No warning, nothing recorded, and no request more than a scan makes, from a server that
     supports ranges: also for a small file that its scan's first requests fetch whole."""

@@ -184,6 +184,10 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
     """Fork the child that makes the index of ``opened`` and keeps it in ``entry``; its pid (None when
     no child could be made).  The child is reaped by a thread of this process, never waited for."""
     try:
+        opened.src.serves_ranges()  # asked here when its answers did not tell (the child cannot fetch)
+    except Exception:  # noqa: BLE001 - the server would not say: no index beside (the next open scans)
+        return None
+    try:
         pipe = process_pipe()
     except OSError:  # no file descriptors left
         return None
