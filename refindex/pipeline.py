@@ -8,13 +8,14 @@ command line, batch tasks and worker processes all come through here with one
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
 from . import codecs, conventions, safety, urls, writers
-from .errors import RefindexError, UnsupportedError
+from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions
 from .progress import ProgressSetting, ScanProgress
@@ -23,6 +24,13 @@ from .source import ReadRecorder, Source, open_source
 
 from . import __version__  # one version for the package
 Format = Literal["json", "parquet", "icechunk"]
+ONLY_THROUGH_REFINDEX = (
+    "{url}: the server ignores range requests (it sends the whole file for a part of it), so this index reads "
+    "only through refindex (refindex.open, h5py_file, open_nwb), which cuts each chunk out of the whole answer; "
+    "other readers of it (fsspec and zarr without refindex) get the whole file for each chunk and fail "
+    "(\"Error -3 while decompressing data: incorrect header check\"). The index records it (source.range_requests: "
+    "false). To share the index, serve the file from a server that supports range requests (nginx, Apache, S3 and "
+    "most object stores do) and scan it there")
 FORMATS = ("json", "parquet")  # files and folders written by write_index; "icechunk": write_icechunk_index
 
 
@@ -106,6 +114,9 @@ class OpenedScan:
         # bytes the index depends on (it names places in the file, not the file's name).
         described = dict(src.info) if target == src.url else {"size": src.info["size"]}
         described["fingerprint"] = src.fingerprint(ctx.header_addresses(), ctx.copied)
+        if target == src.url and not src.serves_ranges():
+            described["range_requests"] = False  # the h5py road reads such a file whole (refindex.read)
+            warnings.warn(ONLY_THROUGH_REFINDEX.format(url=src.url), RefindexWarning, stacklevel=2)
         # Timing varies run to run: report it in stats, keep it out of the (deterministic) index.
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:

@@ -186,6 +186,35 @@ def test_the_child_ends_with_the_process_that_opened(many, tmp_path, monkeypatch
     assert not cache.exists() or not list(cache.glob("*.refs.json"))
 
 
+def test_a_script_that_exits_at_once_leaves_its_cache_entry(tmp_path):
+    """Before: a script that opened a URL and ended at once left no cache entry (the child making it
+    ended with it), so every run scanned again.  Now its end waits for the child (bounded): the entry
+    is there when the script has ended, and the next open takes it after one freshness check."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "many.h5"
+    _many_objects(path)
+    cache = tmp_path / "cache"
+    script = ("import sys, refindex\n"
+              "from refindex.read.h5py_road import _beside\n"
+              "_beside.EXIT_WAIT = 200  # (the default bound is policy; here the child may be slow, the machine busy)\n"
+              "f = refindex.h5py_file(sys.argv[1], cache=sys.argv[2])\n"
+              "print(f['series_001/data'].shape)\n")
+    with webserver.serve() as server:
+        url = server.put("many.h5", path.read_bytes())
+        ran = subprocess.run([sys.executable, "-c", script, url, str(cache)], capture_output=True, text=True,
+                             timeout=230)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, "(500,)\n", "")
+        entries = list(cache.glob("*.refs.json"))  # there when the script has ended: not waited for here
+        assert len(entries) == 1
+        assert json.loads(entries[0].read_text()) == json.loads(json.dumps(refindex.scan(url)))
+        server.requests.clear()
+        with refindex.h5py_file(url, cache=cache) as f, h5py.File(path, "r") as local:
+            assert server.requests == [("HEAD", "/many.h5", None)]  # the freshness check: no scan
+            assert assert_same_h5(local, f) >= 182
+
+
 def test_what_h5py_cannot_follow_is_told_as_the_index_tells_it(tmp_path, monkeypatch):
     """Links into other files and virtual datasets with sources in other files, which h5py's file-object
     driver cannot open: the same warnings as the road over the file's index, and a followed external

@@ -617,3 +617,29 @@ def test_a_peek_sees_the_head_of_a_body_while_the_rest_is_on_its_way():
                 raise RuntimeError("a peek that fails")
 
             assert quick.cat_file_peeked(url, fails) == big
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["ranges", "no ranges"])
+def test_scan_stats_count_each_byte_the_server_sent_once(tmp_path, capsys, ranges):
+    """Issue 45: ``refindex scan URL --stats`` of a whole 10,048-byte file reported ``bytes_fetched: 20096``,
+    read as each byte counted twice.  The count is the server's own: a scan asks for the file's first and
+    last bytes in one round trip, before it knows the size, and of a small file each request brings all of
+    it.  Requests and bytes equal what the server answered (its HEAD aside: ``requests`` counts reads)."""
+    import warnings
+
+    from refindex.cli import main as cli_main
+
+    path = tmp_path / "small.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(1000, dtype="<i8"))
+    size = path.stat().st_size
+    assert size == 10_048
+    with webserver.serve(ranges=ranges) as server, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a server without ranges is warned about: test_no_ranges)
+        url = server.put("small.h5", path.read_bytes())
+        assert cli_main(["scan", url, "-o", str(tmp_path / "small.json"), "--stats", "--no-isolate"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    sent = [n for _, _, n in server.sent]
+    assert stats["bytes_fetched"] == sum(sent) and stats["requests"] == len(sent)
+    # head and tail, each the whole file (and, from a server without ranges, the byte that tells it so)
+    assert sent == [size] * (2 if ranges else 3)

@@ -6,7 +6,7 @@ size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole second
 dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
 answer back (a slow server); ``idle`` closes a kept connection that waits longer than that for
 its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a certificate of
-:func:`self_signed`); ``server.requests`` logs (method, path, Range).  A name can also be answered
+:func:`self_signed`); ``server.requests`` logs (method, path, Range), ``server.sent`` the body bytes of each answer.  A name can also be answered
 with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
 gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be held
 back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a whole
@@ -53,6 +53,7 @@ class Server:
     peak: int = 0  # the most requests answered at once
     lock: threading.Lock = field(default_factory=threading.Lock)
     folder: Path | None = None  # names not put here are read from this folder, as they are on disk now
+    sent: list[tuple[str, str | None, int]] = field(default_factory=list)  # (path, Range, body bytes) per GET answered
 
     def lookup(self, name: str) -> Served | None:
         """What ``name`` serves: a file put here, else the file of that name under :attr:`folder`."""
@@ -170,6 +171,7 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
                 self.send_header("Content-Encoding", served.encoding)
             self.end_headers()
             if not head_only:
+                server.sent.append((self.path, rng, len(data)))
                 pause = server.paused.get(name)
                 if pause is not None and status == 200 and len(data) > pause[0]:
                     self.wfile.write(data[: pause[0]])

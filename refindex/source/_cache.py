@@ -71,6 +71,7 @@ class BlockCache(io.RawIOBase):
         # exact ranges of read_ranges are fetched as whole pages and kept in ``pieces``.
         self.recorder: ReadRecorder | None = None
         self.pieces: dict[int, bytes] = {}
+        self.ranges_served: bool | None = None  # does the server serve ranges? (:func:`serves_ranges`)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         if ends is not None and self._keep_ends(*ends):
@@ -91,6 +92,8 @@ class BlockCache(io.RawIOBase):
             return True
         if len(head) != min(size, self.opts.first_read) or len(tail) != min(size, self.opts.tail_read + bs):
             return False  # the file changed, or a server that ignores ranges: fetch them here
+        _judge_ranges(self, head, 0, len(head))
+        _judge_ranges(self, tail, size - len(tail), size)
         for data, start in ((head, 0), (tail, size - len(tail))):
             first = -(-start // bs)  # whole blocks only: a cached block is never partial, except at EOF
             for i in range(first, -(-(start + len(data)) // bs)):
@@ -237,6 +240,7 @@ class BlockCache(io.RawIOBase):
 
     def _keep_whole(self, data: bytes) -> None:
         """The whole file arrived (a server that ignores Range requests): every block from it."""
+        self.ranges_served = False
         bs = self.opts.block_size
         for i in range(-(-self.size // bs)):
             self.blocks.setdefault(i, bytes(data[i * bs : (i + 1) * bs]))
@@ -278,6 +282,7 @@ class BlockCache(io.RawIOBase):
                     continue
                 self.stats.bytes_fetched += len(d)
                 start, end = parts[i]
+                _judge_ranges(self, d, start, end)
                 if len(d) == self.size and whole_file(d, start, end):
                     self._keep_whole(d)  # a server that ignores Range requests sent the whole (small) file
                 out[i] = ranged(d, start, end, self.path)
@@ -299,13 +304,7 @@ class BlockCache(io.RawIOBase):
         return cat_parts(self.fs, self.path, parts, self.opts.concurrency)  # concurrent on async filesystems
 
     def _raise(self, failed: list[tuple[int, BaseException]], parts: list[tuple[int, int]]) -> None:
-        e = next((e for _, e in failed if not is_transient(e)), failed[0][1])
-        if isinstance(e, FileNotFoundError):
-            raise SourceError(f"file not found ({e})", file=self.path) from e
-        if isinstance(e, SourceError):
-            raise e
-        where = ", ".join(f"{parts[i][0]}-{parts[i][1]}" for i, _ in failed[:8])
-        raise SourceError(f"could not read bytes {where}: {e}", file=self.path) from e
+        _raise_failed(failed, parts, self.path)
 
     def read_ranges(self, offsets: list[int], sizes: list[int]) -> list[bytes]:
         """Many ``(offset, size)`` ranges: cached ones from the blocks, the rest in one round trip.
@@ -352,6 +351,40 @@ class BlockCache(io.RawIOBase):
             if a <= start and end <= a + len(data):
                 return data[start - a : end - a]
         return None
+
+
+def _raise_failed(failed: list[tuple[int, BaseException]], parts: list[tuple[int, int]], path: str) -> None:
+    """The error of parts that could not be fetched (a lasting failure first)."""
+    e = next((e for _, e in failed if not is_transient(e)), failed[0][1])
+    if isinstance(e, FileNotFoundError):
+        raise SourceError(f"file not found ({e})", file=path) from e
+    if isinstance(e, SourceError):
+        raise e
+    where = ", ".join(f"{parts[i][0]}-{parts[i][1]}" for i, _ in failed[:8])
+    raise SourceError(f"could not read bytes {where}: {e}", file=path) from e
+
+
+def serves_ranges(cache: BlockCache) -> bool:
+    """Does the server answer a range request with that range, not the whole file?  True once a part
+    came as asked (or with status 206: refindex's own HTTP requests), False once the whole file came
+    instead; when every request asked for all of a small file, one byte is asked for to see what comes."""
+    if cache.ranges_served is None:
+        if getattr(cache.fs, "served_a_part", lambda _: False)(cache.path) or cache.size < 2:
+            cache.ranges_served = True
+        else:
+            if os.getpid() != cache._pid:  # a forked copy: only its parent fetches
+                refuse_in_fork(cache)
+            with cache._lock:
+                cache._fetch_parts([(0, 1)])  # (judged on the way)
+    return bool(cache.ranges_served)
+
+
+def _judge_ranges(cache: BlockCache, data: bytes, start: int, end: int) -> None:
+    """What the answer ``data`` to a request for ``start:end`` tells of ``cache.ranges_served``."""
+    if len(data) == end - start < cache.size:
+        cache.ranges_served = True
+    elif len(data) > end - start:
+        cache.ranges_served = False
 
 
 def held_bytes(cache: BlockCache) -> tuple[list[int], list[int], bytes]:

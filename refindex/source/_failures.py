@@ -82,6 +82,13 @@ WHOLE_FILE_FALLBACK = 64 << 20  # a server that ignores Range requests: files up
 NO_RANGES = ("the server does not support range requests (asked for bytes {a}-{b}, it sent {n} bytes)")
 
 
+def no_ranges(start: int, end: int, sent: int, url: str) -> SourceError:
+    """The error of a read that a server ignoring Range answered with a file too large to cut ranges from."""
+    return SourceError(NO_RANGES.format(a=start, b=end, n=sent) + ": refindex reads remote files in ranges; "
+                       f"files over {WHOLE_FILE_FALLBACK >> 20} MiB need a server that supports them (nginx, "
+                       "Apache, S3 and most object stores do), or copy the file here and index the copy", file=url)
+
+
 def ranged(data: bytes, start: int, end: int, url: str) -> bytes:
     """Bytes ``start:end`` of the answer ``data`` to a request for that range.
 
@@ -95,11 +102,14 @@ def ranged(data: bytes, start: int, end: int, url: str) -> bytes:
     if len(data) > end - start:
         if end <= len(data) <= WHOLE_FILE_FALLBACK:
             return data[start:end]
-        raise SourceError(NO_RANGES.format(a=start, b=end, n=len(data)) + ": refindex reads remote files in ranges; "
-                          f"files over {WHOLE_FILE_FALLBACK >> 20} MiB need a server that supports them (nginx, "
-                          "Apache, S3 and most object stores do), or copy the file here and index the copy", file=url)
+        raise no_ranges(start, end, len(data), url)
     raise SourceError(f"the file ended early: asked for bytes {start}-{end}, got {len(data)} (it is shorter than "
                       "expected: changed or truncated since it was indexed?)", file=url)
+
+
+def too_large_whole(size: int) -> bool:
+    """Is a file of ``size`` bytes too large to be read whole from a server that ignores Range requests?"""
+    return size > WHOLE_FILE_FALLBACK
 
 
 def whole_file(data: bytes, start: int, end: int) -> bool:

@@ -7,6 +7,11 @@ as one round trip of concurrent requests (ranges above two parts in parts side b
 failures and counted in the same :class:`ReadStats` as the block cache.  ``start`` returns
 a ``concurrent.futures.Future`` for all of them; ``start_each`` one per range, done when that
 range's own request is, so a reader decodes the first chunks of a batch while the rest travel.
+A server that ignores Range requests sends the whole file for each: ranges are cut from it
+(:func:`~refindex.source.ranged`, up to its size limit), and once one such answer has come
+the file is kept and every later range cut from it; told so beforehand (``whole_size``: an
+index records it of its source), the fetcher asks for the whole file once, at its first read
+(a file too large for that is read in ranges, and refused naming the reason if they come whole).
 Async filesystems (s3, gcs, http batches of more than 16 parts) run the requests on fsspec's
 own event loop thread; others (smaller http batches, through refindex's own requests) in a
 pool of threads the process shares; local files are read with ``os.pread``.
@@ -24,6 +29,7 @@ from typing import Any
 from .. import urls
 from ..errors import SourceError
 from ._cache import ReadStats, merge_ranges
+from ._failures import ranged, too_large_whole, whole_file
 from ._open import quick_filesystem
 from ._retry import is_transient, retry_policy, with_retries
 
@@ -85,6 +91,20 @@ class _Trip:
         return self.left == 0
 
 
+def _item_of(fut: "Future[list[bytes]]", i: int) -> "Future[bytes]":
+    """A future for item ``i`` of a future's list."""
+    out: Future = Future()
+
+    def done(f: Future) -> None:
+        try:
+            out.set_result(f.result()[i])
+        except BaseException as e:  # noqa: BLE001 - the list's failure is each item's
+            out.set_exception(e)
+
+    fut.add_done_callback(done)
+    return out
+
+
 def _slice_of(span: "Future[list[bytes]]", at: int, n: int) -> "Future[bytes]":
     """A future for the ``n`` bytes at ``at`` of a span's future (no copy: a view when a part)."""
     out: Future = Future()
@@ -104,10 +124,16 @@ def _slice_of(span: "Future[list[bytes]]", at: int, n: int) -> "Future[bytes]":
 class RangeFetcher:
     """Ranges of one file, fetched as one round trip each call (see the module docstring)."""
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, stats: ReadStats | None = None):
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, stats: ReadStats | None = None,
+                 whole_size: int | None = None):
+        """``whole_size``: the server ignores Range requests and the file is this long (see the module)."""
         self.url = url
         self.stats = stats or ReadStats()
         self._lock = threading.Lock()
+        self._whole: bytes | None = None  # the whole file, sent by a server that ignores Range requests
+        # (a file too large to be read whole is read in ranges, refused with the reason if they come whole)
+        self._whole_size = whole_size if whole_size is not None and not too_large_whole(whole_size) else None
+        self._whole_lock = threading.Lock()
         self.local = urls.is_local(url)
         self._fd = -1
         if self.local:
@@ -127,6 +153,11 @@ class RangeFetcher:
         if self._fs is None and not self.local:
             self._fs, self.path = quick_filesystem(self.url, self._options)
         return self._fs
+
+    @property
+    def cuts_from_whole(self) -> bool:
+        """Are ranges cut from the whole file (a server that ignores Range requests), not fetched?"""
+        return not self.local and (self._whole is not None or self._whole_size is not None)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -150,6 +181,8 @@ class RangeFetcher:
             except BaseException as e:  # noqa: BLE001
                 fut.set_exception(e)
             return fut
+        if self.cuts_from_whole:
+            return self._cut_from_whole(ranges)
         cut = (WAITED_PART if waited else PART_BYTES, MAX_PARTS)
         return self._submit(self._fs_for(ranges, cut), ranges, None, cut)
 
@@ -160,6 +193,9 @@ class RangeFetcher:
         the batch: as many requests as ``start`` would make of the ranges merged."""
         if not ranges:
             return []
+        if self.cuts_from_whole:
+            held = self._cut_from_whole(ranges)
+            return [_item_of(held, i) for i in range(len(ranges))]
         total = sum(b - a for a, b in ranges)
         spans, where = merge_ranges([a for a, _ in ranges], [b - a for a, b in ranges], max_gap=MERGE_GAP,
                                     max_span=max(PART_BYTES, -(-total // MAX_PARTS)))
@@ -186,26 +222,65 @@ class RangeFetcher:
             return asyncio.run_coroutine_threadsafe(self._fetch_async(fs, ranges, trip, cut), fs.loop)
         return _threads().submit(self._fetch_sync, fs, ranges, trip, cut)
 
+    def _cut_from_whole(self, ranges: Ranges) -> "Future[list[bytes]]":
+        """``ranges`` cut from the whole file (fetched first, in the pool, when it is not held yet)."""
+        if self._whole is None:
+            return _threads().submit(lambda: self._cut(self._fetched_whole(), ranges))
+        fut: Future = Future()
+        try:
+            fut.set_result(self._cut(self._whole, ranges))
+        except BaseException as e:  # noqa: BLE001
+            fut.set_exception(e)
+        return fut
+
+    def _cut(self, whole: bytes, ranges: Ranges) -> list[bytes]:
+        view = memoryview(whole)
+        for a, b in ranges:
+            if b > len(whole):
+                raise SourceError(f"the file ended early: asked for bytes {a}-{b}, it is {len(whole)} bytes long "
+                                  "(changed or truncated since it was indexed?)", file=self.url)
+        return [bytes(view[a:b]) for a, b in ranges]
+
+    def _fetched_whole(self) -> bytes:
+        """The whole file, asked for once (a server that ignores Range requests: ``whole_size``)."""
+        with self._whole_lock:
+            if self._whole is None:
+                t0 = time.perf_counter()
+                try:
+                    data = with_retries(self.fs.cat_file, self.path)
+                except Exception as e:  # noqa: BLE001 - any backend's failure
+                    raise SourceError(f"could not read the file: {e}", file=self.url) from e
+                self._count(t0, [(0, len(data))])
+                self._whole = data
+            return self._whole
+
     def _pread(self, a: int, b: int) -> bytes:
         data = os.pread(self._fd, b - a, a)
         if len(data) != b - a:
             raise SourceError(f"short read at {a}: got {len(data)} of {b - a} bytes", file=self.url)
         return data
 
-    def _count(self, t0: float, parts: Ranges, trip: _Trip | None = None) -> None:
+    def _count(self, t0: float, parts: Ranges, trip: _Trip | None = None, pieces: list[Any] | None = None) -> None:
+        """Requests and bytes as they travelled (``pieces``: the answers, which a server that ignores
+        Range requests makes whole files), and the round trip once its last request is done."""
+        sent = sum(b - a for a, b in parts) if pieces is None else sum(
+            len(d) for d in pieces if not isinstance(d, BaseException))
         with self._lock:
             self.stats.requests += len(parts)
-            self.stats.bytes_fetched += sum(b - a for a, b in parts)
+            self.stats.bytes_fetched += sent
             if trip is None or trip.last():
                 self.stats.round_trips += 1
                 self.stats.seconds += time.perf_counter() - (trip.t0 if trip else t0)
 
     def _joined(self, ranges: Ranges, owner: list[list[int]], pieces: list[Any], parts: Ranges) -> list[bytes]:
-        for (a, b), d in zip(parts, pieces):
+        pieces = list(pieces)
+        for i, ((a, b), d) in enumerate(zip(parts, pieces)):
             if isinstance(d, BaseException):
                 raise SourceError(f"could not read bytes {a}-{b}: {d}", file=self.url) from d
-            if len(d) != b - a:
-                raise SourceError(f"short read at {a}: got {len(d)} of {b - a} bytes", file=self.url)
+            if len(d) != b - a:  # a server that ignores Range requests (cut, or refused), or a shorter file
+                if whole_file(d, a, b) and self._whole is None:
+                    self._whole = bytes(d)  # every later range is cut from it
+                pieces[i] = ranged(d, a, b, self.url)
         return [pieces[own[0]] if len(own) == 1 else b"".join(pieces[i] for i in own) for own in owner]
 
     async def _fetch_async(self, fs: Any, ranges: Ranges, trip: _Trip | None = None,
@@ -224,7 +299,7 @@ class RangeFetcher:
                 if delay is None or not is_transient(e):
                     raise SourceError(f"could not read bytes of {len(ranges)} range(s): {e}", file=self.url) from e
                 await asyncio.sleep(delay)
-        self._count(t0, parts, trip)
+        self._count(t0, parts, trip, pieces)
         return self._joined(ranges, owner, pieces, parts)
 
     def _fetch_sync(self, fs: Any, ranges: Ranges, trip: _Trip | None = None,
@@ -236,5 +311,5 @@ class RangeFetcher:
                                   [b for _, b in parts])
         except Exception as e:  # noqa: BLE001 - any backend's failure
             raise SourceError(f"could not read bytes of {len(ranges)} range(s): {e}", file=self.url) from e
-        self._count(t0, parts, trip)
+        self._count(t0, parts, trip, pieces)
         return self._joined(ranges, owner, pieces, parts)

@@ -94,6 +94,7 @@ class QuickHTTP:
         self._pool: ThreadPoolExecutor | None = None
         self._pid = os.getpid()
         self._tls: Any = None  # one ssl.SSLContext for every HTTPS connection (made on the first)
+        self._parts_seen: set[str] = set()  # URLs whose server answered a range with a part (206)
 
     # ---------------------------------------------------------------- fsspec's calls
     def info(self, url: str, **_: Any) -> dict[str, Any]:
@@ -200,7 +201,15 @@ class QuickHTTP:
     def _part(self, url: str, start: int | None, end: int | None) -> Answer:
         """The answer to one range."""
         extra = {"Range": _range(start, end), "Accept-Encoding": "identity"}
-        return self._request("GET", url, extra)
+        answer = self._request("GET", url, extra)
+        if answer.status == 206:
+            self._parts_seen.add(url)
+        return answer
+
+    def served_a_part(self, url: str) -> bool:
+        """Has the server of ``url`` answered a range request with a part (206), so it serves ranges?
+        (False says nothing: a range that covers a whole small file may come back as the file, 200.)"""
+        return url in self._parts_seen
 
     def _threads(self) -> ThreadPoolExecutor:
         self._after_fork()

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from .. import urls
 from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
-from ._cache import BlockCache, ReadStats, merge_ranges
+from ._cache import BlockCache, ReadStats, merge_ranges, serves_ranges
 from ._failures import ranged, source_error
 from ._quick import filesystem_of, quick_filesystem, taken_ahead
 from ._prefetch import TreeSeen, prefetch_tree
@@ -67,6 +67,11 @@ class Source:
                 return fh.read(max(0, end - start))
 
             return of_file(self.size, headers, copied, at_hand)
+
+    def serves_ranges(self) -> bool:
+        """Does the file's server answer a range request with that range, not the whole file?  (Local
+        files and object stores do; an HTTP server is judged by its answers, :func:`serves_ranges`.)"""
+        return self.cache is None or self.protocol not in ("http", "https") or serves_ranges(self.cache)
 
     def read_many(self, url: str | None, offsets: list[int], sizes: list[int]) -> list[bytes]:
         """Byte ranges of the scanned file (``url`` None) or of another file next to it, in few requests.

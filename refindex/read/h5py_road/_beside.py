@@ -18,8 +18,10 @@ is (:mod:`refindex.scanner._split`): the child reads only the bytes in memory (a
 cannot fetch: the cache refuses), writes the cache entry atomically and ends; it ends after
 :data:`CHILD_SECONDS` and when this process ends (not with the thread that opened, which may be
 a worker that ends at once), and nothing the caller reads depends on it: when it fails, dies
-or is not done before the process ends, the cache stays empty and the next open scans.  With
-``cache=False`` there is no child at all.
+or is not done before the process ends, the cache stays empty and the next open scans.  A
+process that ends normally (a short script: open, read, exit) waits for its children at exit,
+up to :data:`EXIT_WAIT` seconds, so that their entries are written (:func:`wait_for_indexes`).
+With ``cache=False`` there is no child at all.
 
 A larger file is not waited for either (:func:`light_road`): libhdf5 needs of a scan only the
 chunk tables (the rest, every attribute, values copied in, the index's JSON, is the cache's); it
@@ -30,10 +32,12 @@ any metadata) is remembered (:func:`scan_here`) and scanned in the process at it
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,6 +58,11 @@ from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
 CHILD_SECONDS = 300  # the child making the index ends after this long, done or not
+# Seconds a process ending normally waits, at most, for the children still making its indexes: what
+# the next run would spend scanning again, bounded (a child takes a fraction of a second on a small
+# file; nice 10, it takes longer on a machine busy with other work)
+EXIT_WAIT = 30.0
+_MAKING: dict[int, tuple[int, threading.Event]] = {}  # child pid -> (the process that forked it, set when it ended)
 
 
 def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_options: dict[str, Any] | None,
@@ -175,6 +184,10 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
     """Fork the child that makes the index of ``opened`` and keeps it in ``entry``; its pid (None when
     no child could be made).  The child is reaped by a thread of this process, never waited for."""
     try:
+        opened.src.serves_ranges()  # asked here when its answers did not tell (the child cannot fetch)
+    except Exception:  # noqa: BLE001 - the server would not say: no index beside (the next open scans)
+        return None
+    try:
         pipe = process_pipe()
     except OSError:  # no file descriptors left
         return None
@@ -207,13 +220,32 @@ def index_beside(opened: OpenedScan, entry: Path) -> int | None:
         finally:
             os._exit(code)
     os.close(pipe[0])
-    threading.Thread(target=_reap, args=(pid, pipe[1]), name="refindex-index-beside", daemon=True).start()
+    ended = threading.Event()
+    _MAKING[pid] = (os.getpid(), ended)
+    threading.Thread(target=_reap, args=(pid, pipe[1], ended), name="refindex-index-beside", daemon=True).start()
     return pid
 
 
-def _reap(pid: int, pipe_end: int) -> None:
+def _reap(pid: int, pipe_end: int, ended: threading.Event) -> None:
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:  # reaped elsewhere (a caller's SIGCHLD handler)
         pass
     os.close(pipe_end)
+    _MAKING.pop(pid, None)
+    ended.set()
+
+
+@atexit.register
+def wait_for_indexes(seconds: float | None = None) -> None:
+    """At the normal end of a process: wait for the children still making its cache entries, up to
+    ``seconds`` (:data:`EXIT_WAIT`) in all.  A short script ends before its child is done, and the child
+    ends with it (:func:`~refindex.lifetime.exit_with_process`): its entry would never be written.
+    (A process forked from this one does not wait for its parent's children.)"""
+    deadline = time.monotonic() + (EXIT_WAIT if seconds is None else seconds)
+    for owner, ended in list(_MAKING.values()):
+        try:
+            if owner == os.getpid():
+                ended.wait(max(0.0, deadline - time.monotonic()))
+        except KeyboardInterrupt:  # asked to stop: the entries are left unwritten
+            return

@@ -258,7 +258,7 @@ class IndexedFile(io.RawIOBase):
         data = self._from_left_out_index(start, end)
         if data is not None:
             return data
-        if self.fetcher.local or end - start >= DIRECT_ABOVE:
+        if self.fetcher.local or self.fetcher.cuts_from_whole or end - start >= DIRECT_ABOVE:
             return self.fetcher.fetch([(start, end)])[0]
         if self._cache is None:
             self._cache = BlockCache(self.fetcher.fs, self.fetcher.path, self.size, self._cache_options,

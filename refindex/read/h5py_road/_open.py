@@ -54,6 +54,7 @@ class Road:
     pages: Pages | None
     loader: TableLoader | None
     options: dict[str, Any]  # storage options to reach the file
+    whole: bool = False  # its server ignores Range requests (the index says): read it whole, once
 
     @property
     def external_links(self) -> int:
@@ -127,7 +128,7 @@ def open_road(road: Road) -> Any:
     """The ``h5py.File`` over ``road`` (``f.refindex_file``: the file object, with its ``stats``)."""
     import h5py
 
-    fetcher = RangeFetcher(road.url, road.options)
+    fetcher = RangeFetcher(road.url, road.options, whole_size=road.size if road.whole else None)
     if road.pages is not None and road.pages.in_file and road.pages.awaiting_bytes:
         road.pages = road.pages.fetched(_whole(fetcher, road.url, road.size))  # not read by the check (not asked)
     chunks = ChunkMap(road.pages.extents if road.pages is not None else {}, road.loader)
@@ -209,7 +210,8 @@ def _road(prov: dict[str, Any], doc: Any, loader: TableLoader | None, options: d
     check_size(url, int(size), pages)
     if pages is not None and pages.in_file and whole is not None and len(whole) == pages.file_size:
         pages = pages.fetched(whole)
-    return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options)
+    whole = source.get("range_requests") is False and source.get("url") in (None, url)
+    return Road(urls.normalise(url) if urls.is_local(url) else url, int(size), pages, loader, options, whole)
 
 
 def json_inline_items(refs: dict[str, Any]) -> InlineBytes:
