@@ -121,6 +121,8 @@ class OpenedScan:
         seconds = tree.provenance.pop("scan_seconds", None)
         if stats is not None:
             stats.update(src.stats.as_dict())
+            if src.cache is not None:  # bytes_fetched counts what crossed the network, this each byte once
+                stats["bytes_distinct"] = src.distinct_bytes()
             stats["scan_seconds"] = seconds
             stats["chunk_index"] = ctx.index_stats.as_dict()
         return Scanned(tree, src.url, {"url": target, **described})

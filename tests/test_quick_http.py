@@ -624,7 +624,8 @@ def test_scan_stats_count_each_byte_the_server_sent_once(tmp_path, capsys, range
     """Issue 45: ``refindex scan URL --stats`` of a whole 10,048-byte file reported ``bytes_fetched: 20096``,
     read as each byte counted twice.  The count is the server's own: a scan asks for the file's first and
     last bytes in one round trip, before it knows the size, and of a small file each request brings all of
-    it.  Requests and bytes equal what the server answered (its HEAD aside: ``requests`` counts reads)."""
+    it.  Requests and bytes equal what the server answered (its HEAD aside: ``requests`` counts reads);
+    ``bytes_distinct`` says how many different bytes of the file that was: the whole file, once."""
     import warnings
 
     from refindex.cli import main as cli_main
@@ -641,5 +642,6 @@ def test_scan_stats_count_each_byte_the_server_sent_once(tmp_path, capsys, range
     stats = json.loads(capsys.readouterr().out)
     sent = [n for _, _, n in server.sent]
     assert stats["bytes_fetched"] == sum(sent) and stats["requests"] == len(sent)
+    assert stats["bytes_distinct"] == size
     # head and tail, each the whole file (and, from a server without ranges, the byte that tells it so)
     assert sent == [size] * (2 if ranges else 3)

@@ -387,6 +387,20 @@ def _judge_ranges(cache: BlockCache, data: bytes, start: int, end: int) -> None:
         cache.ranges_served = False
 
 
+def distinct_bytes(cache: BlockCache) -> int:
+    """How many different bytes of the file ``cache`` holds: what its requests brought, each byte once
+    (a small file's head and tail requests, asked before its size is known, both bring all of it)."""
+    bs = cache.opts.block_size
+    spans = sorted([(i * bs, i * bs + len(b)) for i, b in cache.blocks.items()] +
+                   [(a, a + len(d)) for a, d in cache.pieces.items()])
+    total, reach = 0, 0
+    for a, b in spans:
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def held_bytes(cache: BlockCache) -> tuple[list[int], list[int], bytes]:
     """Every byte ``cache`` holds, as sorted disjoint spans (starts, ends) and their bytes one after
     another: its blocks, and the pieces kept while recording where no block has them."""

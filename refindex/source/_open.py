@@ -68,6 +68,12 @@ class Source:
 
             return of_file(self.size, headers, copied, at_hand)
 
+    def distinct_bytes(self) -> int | None:
+        """How many different bytes of the file the scan's requests brought (remote files; see ``stats``)."""
+        from ._cache import distinct_bytes
+
+        return None if self.cache is None else distinct_bytes(self.cache)
+
     def serves_ranges(self) -> bool:
         """Does the file's server answer a range request with that range, not the whole file?  (Local
         files and object stores do; an HTTP server is judged by its answers, :func:`serves_ranges`.)"""
