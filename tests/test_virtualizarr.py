@@ -42,6 +42,7 @@ icechunk = pytest.importorskip("icechunk", reason="icechunk is not installed")
 
 from obspec_utils.registry import ObjectStoreRegistry  # noqa: E402
 
+import refindex  # noqa: E402
 import refindex.virtualizarr as rv  # noqa: E402
 from refindex.errors import RefindexError  # noqa: E402
 
@@ -386,6 +387,36 @@ def test_nwb_files_are_refused_with_a_pointer_to_refindex_v3(tmp_path):
     vds = vz.open_virtual_dataset(str(path), parser=rv.Parser(convention="plain"), registry=registry(),
                                   loadable_variables=[])
     assert vds["x"].shape == (3,)
+
+
+def test_refusals_raise_what_virtualizarrs_own_hdf_parser_raises(tmp_path):
+    """Issue 45: a ``group=`` that names a dataset (or nothing) is a ``ValueError`` for VirtualiZarr's
+    HDFParser, an NWB file with object references a ``NotImplementedError``: refindex's parser raises
+    RefindexErrors that are those too, and says what is there (before: a bare RefindexError,
+    "no group 'group/data' in the index of this file (groups: ['/', '/group', '/group/sub'])")."""
+    from virtualizarr.parsers import HDFParser
+
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f["group/data"] = np.arange(4.0)
+        f["group/sub/x"] = np.arange(3)
+    for group, said in (("group/data", "group 'group/data' is an array (an HDF5 dataset), not a group; "
+                                       "the groups in /group: /group/sub"),
+                        ("nope", "group 'nope' is not in the file; the groups in /: /group")):
+        with pytest.raises(ValueError):
+            HDFParser(group=group)(path.as_uri(), registry())
+        with pytest.raises(ValueError) as err:
+            rv.Parser(group=group)(path.as_uri(), registry())
+        assert isinstance(err.value, refindex.GroupNotFound) and str(err.value) == f"{path}: {said}"
+    nwb = tmp_path / "session.nwb"
+    with h5py.File(nwb, "w") as f:
+        f.attrs["namespace"], f.attrs["neurodata_type"] = "core", "NWBFile"
+        refs = f.create_dataset("refs", shape=(1,), dtype=h5py.ref_dtype)
+        refs[0] = f.create_dataset("x", data=np.arange(3)).ref
+    for parser in (HDFParser(), rv.Parser(), rv.Parser(isolate=True)):  # (the class crosses the worker's pipe)
+        with pytest.raises(NotImplementedError) as err:
+            parser(nwb.as_uri(), registry())
+        assert isinstance(parser, HDFParser) or isinstance(err.value, RefindexError) and "NWBZarrIO" in str(err.value)
 
 
 def test_a_registry_without_the_file_fails_naming_it(tmp_path):
