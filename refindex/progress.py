@@ -17,6 +17,7 @@ far as a postfix, so a single dataset of millions of chunks still shows it is mo
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -178,3 +179,74 @@ class ScanProgress:
             self._bar.set_postfix_str(f"{self.listed:,} chunks listed", refresh=False)
             self._bar.close()
             self._bar = None
+
+
+# ---------------------------------------------------------------- the pulse a watching parent follows
+#
+# libhdf5 can loop forever on a damaged file without reading a new byte: the time limit of an
+# isolated scan (refindex.options.time_limit) is sized for the largest healthy file of that size,
+# so a small file that loops would hold its worker for a minute.  A scan therefore tells the
+# process that watches its worker (refindex.isolate, refindex.forked) that it is moving on: each
+# object visited, chunk batch listed, dataset done and block fetched is a pulse.  While the scan
+# is *watched* (:func:`watch`, from the source's opening to the end of the walk), a worker
+# whose pulse stops for the stall limit is killed with a WorkerTimeout saying so.  Pulses go out
+# at most every :data:`PULSE_INTERVAL` seconds (a time check per event, nothing more), and only
+# in a worker that has a watcher (:func:`set_watcher`): elsewhere they cost nothing.
+
+PULSE_INTERVAL = 0.5  # seconds: at most one pulse message per interval
+_watcher: Any = None  # callable(limit: float) -> None, set in a worker; limit 0: not watched any more
+_limit = 0.0  # the stall limit of the phase being watched (0: none)
+_sent = 0.0  # when the last pulse went out
+
+
+def set_watcher(send: Any) -> None:
+    """In a worker: ``send(limit)`` tells the parent "still moving, stall limit ``limit`` s" (0: stop
+    watching).  None removes it (a forked child of the worker never pulses for it)."""
+    global _watcher, _limit
+    _watcher, _limit = send, 0.0
+
+
+def watch(limit: float | None) -> None:
+    """Start watching this phase with a stall limit of ``limit`` seconds (None or 0: stop watching)."""
+    global _limit, _sent
+    if _watcher is None:
+        return
+    _limit = float(limit or 0.0)
+    _sent = time.monotonic()
+    _watcher(_limit)
+
+
+def pulse() -> None:
+    """The work moved on: sent to a watching parent at most every :data:`PULSE_INTERVAL` s."""
+    global _sent
+    if _limit:
+        now = time.monotonic()
+        if now - _sent >= PULSE_INTERVAL:
+            _sent = now
+            _watcher(_limit)
+
+
+class Pulsed:
+    """A scan's :class:`Progress` whose every event is also a :func:`pulse`."""
+
+    def __init__(self, inner: Progress):
+        self.inner = inner
+
+    def start(self, datasets: int) -> None:
+        pulse()
+        self.inner.start(datasets)
+
+    def chunks(self, n: int) -> None:
+        pulse()
+        self.inner.chunks(n)
+
+    def dataset_done(self) -> None:
+        pulse()
+        self.inner.dataset_done()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+if hasattr(os, "register_at_fork"):  # a helper the scan forks (the split walk) never pulses for it
+    os.register_at_fork(after_in_child=lambda: set_watcher(None))

@@ -42,3 +42,19 @@ def hang_while_writing(source: str, output: str, seconds: float = 3600.0) -> Non
         fh.write(b"half an index")
         fh.flush()
         time.sleep(seconds)
+
+
+def stall(source: str, limit: float, moving: float = 0.0, seconds: float = 3600.0) -> str:
+    """A scan of ``source`` watched with stall limit ``limit`` s (refindex.progress) that moves on for
+    ``moving`` seconds (a pulse every tenth of a second), then stops moving for ``seconds`` (as libhdf5
+    looping on a damaged file does), then stops being watched and returns "done"."""
+    from ..progress import pulse, watch
+
+    watch(limit)
+    end = time.monotonic() + moving
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        pulse()
+    time.sleep(seconds)
+    watch(None)
+    return "done"
