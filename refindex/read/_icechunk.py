@@ -116,7 +116,8 @@ class IcechunkIndex:
             for name, member in found.members():
                 kinds[f"{parent}/{name}" if parent else name] = "group" if isinstance(member, zarr.Group) else "array"
             break
-        return GroupNotFound.naming(self.group, kinds, file=f"{self.repository}@{self.snapshot or self.branch or 'main'}")
+        at = self.snapshot or self.branch or "main"
+        return GroupNotFound.naming(self.group, kinds, file=f"{self.repository}@{at}")
 
     def record(self) -> dict[str, Any]:
         """The provenance the last commit that wrote this group recorded ({} when none did)."""

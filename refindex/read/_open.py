@@ -301,7 +301,8 @@ def subgroup(root: Any, group: str, label: str) -> Any:
         found = None
     if isinstance(found, zarr.Group):
         return found
-    kinds = {"": "group"} | {p: "group" if isinstance(m, zarr.Group) else "array" for p, m in root.members(max_depth=None)}
+    kinds = {"": "group"} | {p: "group" if isinstance(m, zarr.Group) else "array"
+                             for p, m in root.members(max_depth=None)}
     raise GroupNotFound.naming(group, kinds, file=label)
 
 
