@@ -161,12 +161,12 @@ def timeout_error(timeout: float | None, label: str | None) -> WorkerTimeout:
 
 
 def stall_error(limit: float, label: str | None) -> WorkerTimeout:
-    return WorkerTimeout(f"no progress for {limit:g} s while libhdf5 read the file (no object visited, no chunk "
-                         "listed, no byte fetched): libhdf5 loops on some damaged files (worker killed)", file=label)
+    return WorkerTimeout(f"no progress for {limit:g} s: libhdf5 held the worker in one call while it read the file, "
+                         "as it does when it loops on a damaged file (worker killed)", file=label)
 
 
 class StallWatch:
-    """The parent's reading of a worker's pulses (:mod:`refindex.progress`): each line is "moving on,
+    """The parent's reading of a worker's pulses (:mod:`refindex.progress`): each line is "still here,
     stall limit N s" (0: not watched).  :meth:`deadline` is when a watched worker counts as stuck."""
 
     def __init__(self) -> None:

@@ -17,7 +17,7 @@ from . import codecs, conventions, safety, urls, writers
 from .errors import RefindexError, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of
-from .progress import NoProgress, ProgressSetting, Pulsed, ScanProgress, watch
+from .progress import ProgressSetting, ScanProgress, watch
 from .scanner import ScanContext, choose_pages, scan_file
 from .source import ReadRecorder, Source, open_source
 
@@ -89,7 +89,7 @@ class OpenedScan:
         safety.check_target_url(target, explicit=options.url is not None)
         bar = ScanProgress.of(progress, src.url)
         ctx = ScanContext(src.h5, target, src.size, options, src.read_many, src.fs_for, label=src.url,
-                          recorder=recorder, progress=Pulsed(bar if bar is not None else NoProgress()))
+                          recorder=recorder, **({"progress": bar} if bar is not None else {}))
         try:
             tree = scan_file(ctx)
             if recorder is not None:

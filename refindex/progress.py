@@ -183,69 +183,49 @@ class ScanProgress:
 
 # ---------------------------------------------------------------- the pulse a watching parent follows
 #
-# libhdf5 can loop forever on a damaged file without reading a new byte: the time limit of an
-# isolated scan (refindex.options.time_limit) is sized for the largest healthy file of that size,
-# so a small file that loops would hold its worker for a minute.  A scan therefore tells the
-# process that watches its worker (refindex.isolate, refindex.forked) that it is moving on: each
-# object visited, chunk batch listed, dataset done and block fetched is a pulse.  While the scan
-# is *watched* (:func:`watch`, from the source's opening to the end of the walk), a worker
-# whose pulse stops for the stall limit is killed with a WorkerTimeout saying so.  Pulses go out
-# at most every :data:`PULSE_INTERVAL` seconds (a time check per event, nothing more), and only
-# in a worker that has a watcher (:func:`set_watcher`): elsewhere they cost nothing.
+# libhdf5 can loop forever on a damaged file, and it does so inside one call that holds the
+# interpreter (h5py keeps the GIL in its metadata calls; it lets go of it while reading data).
+# The time limit of an isolated scan (refindex.options.time_limit) is sized for the largest
+# healthy file of that size, so a small file that loops would hold its worker for a minute.  So,
+# while a scan is *watched* (:func:`watch`: from the source's opening to the end of the walk), a
+# thread of the worker sends its parent (refindex.isolate, refindex.forked) a pulse every
+# :data:`PULSE_INTERVAL` seconds.  It gets to run whenever the scan runs Python code, waits for
+# bytes or reads data; it cannot while libhdf5 holds the interpreter in one call.  The parent
+# stops a watched worker whose pulse stops for the stall limit.  Nothing of this runs outside a
+# worker that has a watcher (:func:`set_watcher`).
 
-PULSE_INTERVAL = 0.5  # seconds: at most one pulse message per interval
+PULSE_INTERVAL = 0.5  # seconds between two pulses of a watched worker
 _watcher: Any = None  # callable(limit: float) -> None, set in a worker; limit 0: not watched any more
 _limit = 0.0  # the stall limit of the phase being watched (0: none)
-_sent = 0.0  # when the last pulse went out
+_pulsing: Any = None  # the thread that sends the pulses (started with the first watch)
 
 
 def set_watcher(send: Any) -> None:
-    """In a worker: ``send(limit)`` tells the parent "still moving, stall limit ``limit`` s" (0: stop
+    """In a worker: ``send(limit)`` tells the parent "still here, stall limit ``limit`` s" (0: stop
     watching).  None removes it (a forked child of the worker never pulses for it)."""
-    global _watcher, _limit
-    _watcher, _limit = send, 0.0
+    global _watcher, _limit, _pulsing
+    _watcher, _limit, _pulsing = send, 0.0, None
 
 
 def watch(limit: float | None) -> None:
     """Start watching this phase with a stall limit of ``limit`` seconds (None or 0: stop watching)."""
-    global _limit, _sent
+    global _limit, _pulsing
     if _watcher is None:
         return
     _limit = float(limit or 0.0)
-    _sent = time.monotonic()
     _watcher(_limit)
+    if _limit and _pulsing is None:
+        import threading
+
+        _pulsing = threading.Thread(target=_pulse, args=(_watcher,), name="refindex-pulse", daemon=True)
+        _pulsing.start()
 
 
-def pulse() -> None:
-    """The work moved on: sent to a watching parent at most every :data:`PULSE_INTERVAL` s."""
-    global _sent
-    if _limit:
-        now = time.monotonic()
-        if now - _sent >= PULSE_INTERVAL:
-            _sent = now
-            _watcher(_limit)
-
-
-class Pulsed:
-    """A scan's :class:`Progress` whose every event is also a :func:`pulse`."""
-
-    def __init__(self, inner: Progress):
-        self.inner = inner
-
-    def start(self, datasets: int) -> None:
-        pulse()
-        self.inner.start(datasets)
-
-    def chunks(self, n: int) -> None:
-        pulse()
-        self.inner.chunks(n)
-
-    def dataset_done(self) -> None:
-        pulse()
-        self.inner.dataset_done()
-
-    def close(self) -> None:
-        self.inner.close()
+def _pulse(send: Any) -> None:
+    while _watcher is send:
+        time.sleep(PULSE_INTERVAL)
+        if _limit and _watcher is send:
+            send(_limit)
 
 
 if hasattr(os, "register_at_fork"):  # a helper the scan forks (the split walk) never pulses for it

@@ -12,7 +12,6 @@ from ..codecs import jsonable
 from ..compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import GroupNode, LinkNode, Tree, is_hdmf_root, join
-from ..progress import pulse
 from ..safety import resolve_inside
 from ._attrs import attributes_of, object_id_of
 from ._context import ScanContext
@@ -48,7 +47,6 @@ def scan_file(ctx: ScanContext) -> Tree:
 
 
 def visit_path(ctx: ScanContext, path: str) -> None:
-    pulse()
     visit_group(ctx, ctx.f if path == "/" else member(ctx.f, path), path)
 
 
@@ -115,7 +113,6 @@ def index_objects(ctx: ScanContext) -> list[str]:
     groups: list[str] = []
     while stack:
         path, g = stack.pop()
-        pulse()  # (a parent watching this worker: the walk moves on)
         groups.append(path)
         kids = []
         for name in children(ctx, g, path):

@@ -23,7 +23,6 @@ from typing import Any
 
 from .. import urls
 from ..errors import SourceError
-from ..progress import pulse
 from ._cache import ReadStats, merge_ranges
 from ._open import quick_filesystem
 from ._retry import is_transient, retry_policy, with_retries
@@ -194,7 +193,6 @@ class RangeFetcher:
         return data
 
     def _count(self, t0: float, parts: Ranges, trip: _Trip | None = None) -> None:
-        pulse()  # bytes arrived: a scan reading them is moving on (refindex.progress)
         with self._lock:
             self.stats.requests += len(parts)
             self.stats.bytes_fetched += sum(b - a for a, b in parts)
