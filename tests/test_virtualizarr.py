@@ -16,7 +16,8 @@ Which corpus data xarray can represent (the rule, decided on the file with h5py 
 before any refindex code runs): files that are not HDMF/NWB (those are refused by design),
 and in each group the datasets whose HDF5 type is a number, bool, enum of numbers,
 fixed- or variable-length string or datetime, with a simple or scalar dataspace.
-Compounds, references, variable-length sequences, opaque data, null dataspaces and
+A null dataspace (no element) is an empty variable, compared as one (issue 45).
+Compounds, references, variable-length sequences, opaque data and
 arrays of arrays are what xarray cannot hold as plain variables: they are dropped
 (``drop_variables``), so the rest of the group is still tested.  Each group with at least
 one such dataset is opened as ``Parser(group=...)``; a file is exact when every group is.
@@ -70,8 +71,8 @@ def registry() -> ObjectStoreRegistry:
 
 def unrepresentable(d: h5py.Dataset) -> str | None:
     """Why xarray cannot hold dataset ``d`` as a plain variable (None: it can)."""
-    if d.shape is None:
-        return "null dataspace"
+    if d.shape is None:  # a null dataspace: an empty variable (no value), compared as such
+        return None
     dt = d.dtype
     if h5py.check_string_dtype(dt) is not None:
         return None
@@ -185,6 +186,10 @@ def differences(path: str, group: str, names: list[str], ds: Any) -> list[str]:
                     bad.append(f"{group}:{name} missing")
                     continue
                 d = g[name]
+                if d.shape is None:  # a null dataspace (h5py: Empty): an empty variable, no value
+                    if ds[shown].shape != (0,) or np.asarray(ds[shown].values).size:
+                        bad.append(f"{group}:{name}")
+                    continue
                 for sel in selections(d.shape, d.chunks):
                     if not same(h5_values(d, sel), np.asarray(ds[shown].variable[sel].values)):
                         bad.append(f"{group}:{name}")
