@@ -7,8 +7,8 @@ the function that needs them.
 
 from __future__ import annotations
 
-from .errors import (NotHDF5Error, RefindexError, RefindexWarning, SourceError, StaleIndexError, UnsupportedError,
-                     UntrustedReference, VerifyError)
+from .errors import (GroupNotFound, NotHDF5Error, RefindexError, RefindexWarning, SourceError, StaleIndexError,
+                     UnsupportedError, UntrustedReference, VerifyError)
 from .lazy import attribute_loader
 from .options import CacheOptions, ScanOptions
 
@@ -22,7 +22,7 @@ _WHERE = {
     "read": "read:",  # the read side's other names (refindex.read.cache_folder(), .IndexStore ...), as documented
 }
 
-__all__ = ["BatchReport", "CacheOptions", "CheckReport", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",
+__all__ = ["BatchReport", "CacheOptions", "CheckReport", "GroupNotFound", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",
            "SourceError", "StaleIndexError", "UnsupportedError", "UntrustedReference", "VerifyError", "VerifyReport", "__version__", "check",
            "h5py_file", "info", "object_model", "open", "open_nwb", "run_batch", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet",
            "verify"]

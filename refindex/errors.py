@@ -38,6 +38,34 @@ class UnsupportedError(RefindexError):
     """An object exists in the file but cannot be represented faithfully in the index."""
 
 
+class GroupNotFound(RefindexError, ValueError):
+    """``group=`` names no group of the file: nothing is there, or a dataset is.  Also a
+    ``ValueError``, which is what VirtualiZarr's own HDF parser raises for such a ``group``."""
+
+    @classmethod
+    def naming(cls, group: str, kinds: dict[str, str], *, file: str | None = None) -> "GroupNotFound":
+        """The error for ``group``, from ``kinds`` (every node's path, "a/b" or "" for the root, to
+        "group" or "array"): says what is there, and lists the groups of its nearest existing parent."""
+        path = group.strip("/")
+        parent = path
+        while parent and kinds.get(parent) != "group":
+            parent = parent.rpartition("/")[0]
+        inside = sorted("/" + k for k, kind in kinds.items()
+                        if kind == "group" and k and k.rpartition("/")[0] == parent)
+        where = "/" + parent
+        listed = (f"the groups in {where}: {', '.join(inside[:20])}" + (f" (and {len(inside) - 20} more)"
+                  if len(inside) > 20 else "")) if inside else f"{where} holds no group"
+        what = ("is an array (an HDF5 dataset), not a group" if kinds.get(path) == "array"
+                else f"is not in {'the file' if not parent else where}")
+        return cls(f"group {group!r} {what}; {listed}", file=file)
+
+
+class NotForXarray(RefindexError, NotImplementedError):
+    """The VirtualiZarr parser refuses a file xarray cannot model as it is (HDMF/NWB: object
+    references, links, ragged tables).  Also a ``NotImplementedError``, which is what
+    VirtualiZarr's own HDF parser raises for the object references of such files."""
+
+
 class SourceError(RefindexError):
     """The bytes could not be fetched (missing file, permissions, network)."""
 

@@ -29,9 +29,11 @@ import threading
 import time
 from typing import Any, Iterator, NoReturn
 
-from .isolate import Cleanup, Job, death_error, job_outcome, rebuild_error, run_isolated, timeout_error, unsendable
+from .isolate import (Cleanup, Job, StallWatch, death_error, job_outcome, pulse_sender, rebuild_error, run_isolated,
+                      stall_error, timeout_error, unsendable)
 from .lifetime import clean_after, die_with_parent, finished
 from .options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
+from .progress import set_watcher
 
 _HEADER = struct.Struct("<Q")  # the child's message: its length, then a pickle
 _STDERR_KEPT = 1 << 20  # bytes of a quiet child's stderr kept (the most recent)
@@ -82,10 +84,12 @@ def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str |
     try:
         with _terminate_as_exception():
             message = child.answer(time.monotonic() + timeout)
-    except BaseException as e:  # timed out, interrupted, terminated: the child goes too
+    except BaseException as e:  # timed out, stuck, interrupted, terminated: the child goes too
         child.kill()
         if cleanup is not None:
             cleanup(child.pid)
+        if isinstance(e, _Stuck):
+            raise stall_error(e.limit, label) from None
         if isinstance(e, TimeoutError):
             raise timeout_error(timeout, label) from None
         if isinstance(e, _Terminated):
@@ -117,13 +121,16 @@ class _Child:
             stream.flush()
         r, w = os.pipe()
         er, ew = os.pipe() if quiet else (-1, -1)
+        pr, pw = os.pipe()
         parent = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
             os.close(r)
+            os.close(pr)
             if er >= 0:
                 os.close(er)
             die_with_parent(parent)
+            set_watcher(pulse_sender(pw))  # (after the fork: the fork itself clears any watcher)
             sentinel = clean_after(cleanup) if cleanup is not None else None
             if quiet:
                 os.dup2(ew, 2)
@@ -133,11 +140,13 @@ class _Child:
             os.dup2(2, 1)
             _child(w, job, kwargs, sentinel)
         os.close(w)
+        os.close(pw)
         if quiet:
             os.close(ew)
-        self.answer_fd, self.stderr_fd = r, er
+        self.answer_fd, self.stderr_fd, self.pulse_fd = r, er, pr
         self.data = {fd: bytearray() for fd in (r, er) if fd >= 0}
-        self.open = set(self.data)
+        self.open = set(self.data) | {pr}
+        self.watch = StallWatch()
 
     def answer(self, deadline: float) -> bytes | None:
         """The child's whole answer, or None when its pipe closes first; TimeoutError at ``deadline``."""
@@ -149,9 +158,10 @@ class _Child:
                     return bytes(buf[_HEADER.size:need])
             if self.answer_fd not in self.open:
                 return None
-            left = deadline - time.monotonic()
+            until = min(deadline, self.watch.deadline())
+            left = until - time.monotonic()
             if left <= 0:
-                raise TimeoutError
+                raise TimeoutError if until >= deadline else _Stuck(self.watch.limit)
             self._read(left)
 
     def _read(self, wait: float) -> None:
@@ -162,6 +172,9 @@ class _Child:
             if not chunk:
                 self.open.discard(fd)
                 os.close(fd)
+                continue
+            if fd == self.pulse_fd:
+                self.watch.feed(chunk)
                 continue
             buf = self.data[fd]
             buf += chunk
@@ -233,6 +246,14 @@ def _reap(pid: int, grace: float = 5.0) -> int | None:
             os.kill(pid, signal.SIGKILL)
             end = float("inf")
         time.sleep(0.005)
+
+
+class _Stuck(Exception):
+    """The child, watched (:mod:`refindex.progress`), sent no pulse for ``limit`` seconds."""
+
+    def __init__(self, limit: float):
+        super().__init__(limit)
+        self.limit = limit
 
 
 class _Terminated(BaseException):

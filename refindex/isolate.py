@@ -23,12 +23,14 @@ falls back to a Worker when it cannot fork safely; both speak the messages of
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -158,6 +160,59 @@ def timeout_error(timeout: float | None, label: str | None) -> WorkerTimeout:
     return WorkerTimeout(f"timed out after {timeout:g} s (worker killed)", file=label)
 
 
+def stall_error(limit: float, label: str | None) -> WorkerTimeout:
+    return WorkerTimeout(f"no progress for {limit:g} s: libhdf5 held the worker in one call while it read the file, "
+                         "as it does when it loops on a damaged file (worker killed)", file=label)
+
+
+class StallWatch:
+    """The parent's reading of a worker's pulses (:mod:`refindex.progress`): each line is "still here,
+    stall limit N s" (0: not watched).  :meth:`deadline` is when a watched worker counts as stuck."""
+
+    def __init__(self) -> None:
+        self.limit = 0.0
+        self.last = time.monotonic()
+        self._partial = b""
+
+    def feed(self, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        if lines:
+            try:
+                self.limit = float(lines[-1])
+            except ValueError:
+                return
+            self.last = time.monotonic()
+
+    def deadline(self) -> float:
+        return self.last + self.limit if self.limit > 0 else math.inf
+
+
+def pulse_sender(fd: int) -> Callable[[float], None]:
+    """The worker's side of the pulse pipe ``fd``: a :func:`refindex.progress.set_watcher` callable."""
+    os.set_blocking(fd, False)
+
+    def send(limit: float) -> None:
+        try:
+            os.write(fd, b"%g\n" % limit)
+        except OSError:  # a full pipe (the parent reads when it waits) or a closed one: the next pulse goes
+            pass
+
+    return send
+
+
+def drain(fd: int) -> None:
+    """Read away what a pipe holds (pulses of an earlier job)."""
+    blocking = os.get_blocking(fd)
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except BlockingIOError:
+        pass
+    finally:
+        os.set_blocking(fd, blocking)
+
+
 class Worker:
     """A reusable worker process; ``run`` is serialised (one job at a time)."""
 
@@ -179,16 +234,19 @@ class Worker:
 
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        pulse_r, pulse_w = os.pipe()
         cmd = [sys.executable, "-c", "import sys; from refindex.isolate import worker_main; worker_main(sys.argv[1:])",
-               str(to_child_r), str(from_child_w), str(self.memory_limit or 0)]
+               str(to_child_r), str(from_child_w), str(self.memory_limit or 0), str(pulse_w)]
         try:
-            proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w, pulse_w), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, close_fds=True)
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
+            os.close(pulse_w)
         self._proc = proc
-        self._conn = _Duplex(Connection(from_child_r, writable=False), Connection(to_child_w, readable=False))
+        self._conn = _Duplex(Connection(from_child_r, writable=False), Connection(to_child_w, readable=False),
+                             Connection(pulse_r, writable=False))
         self.started += 1
 
     def _alive(self) -> bool:
@@ -238,11 +296,12 @@ class Worker:
                 self._start()
             pid = self._proc.pid
             try:
+                drain(self._conn.pulses.fileno())
                 self._conn.send((job, kwargs))
-                ready = self._conn.poll(timeout)
-                if not ready:
+                stuck = self._conn.wait_answer(timeout, label)
+                if stuck is not None:
                     self._kill()
-                    raise timeout_error(timeout, label)
+                    raise stuck
                 try:
                     msg = self._conn.recv()
                 except (EOFError, OSError):
@@ -300,10 +359,34 @@ def _close_idle() -> None:
 
 
 class _Duplex:
-    """Two one-way pipe connections used as one."""
+    """Two one-way pipe connections used as one, and the worker's pulses (:class:`StallWatch`)."""
 
-    def __init__(self, r, w):
-        self.r, self.w = r, w
+    def __init__(self, r, w, pulses=None):
+        self.r, self.w, self.pulses = r, w, pulses
+
+    def wait_answer(self, timeout: float | None, label: str | None) -> WorkerTimeout | None:
+        """Wait until the answer (or the end of the pipe) is there: None; or the error for a worker past
+        its time limit, or watched and without a pulse for its stall limit."""
+        from multiprocessing.connection import wait
+
+        end = time.monotonic() + timeout if timeout is not None else math.inf
+        watch, sources = StallWatch(), [self.r] + ([self.pulses] if self.pulses is not None else [])
+        while True:
+            until = min(end, watch.deadline())
+            left = until - time.monotonic()
+            if left <= 0:
+                return timeout_error(timeout, label) if until >= end else stall_error(watch.limit, label)
+            ready = wait(sources, None if left == math.inf else left)
+            if self.r in ready:
+                return None
+            if self.pulses in ready:
+                try:
+                    data = os.read(self.pulses.fileno(), 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:  # the worker closed it (it is ending): the answer pipe tells how
+                    sources.remove(self.pulses)
+                watch.feed(data)
 
     def send(self, obj: Any) -> None:
         self.w.send(obj)
@@ -317,6 +400,8 @@ class _Duplex:
     def close(self) -> None:
         self.r.close()
         self.w.close()
+        if self.pulses is not None:
+            self.pulses.close()
 
 
 def worker_main(argv: list[str]) -> None:
@@ -326,6 +411,10 @@ def worker_main(argv: list[str]) -> None:
     import importlib
 
     r, w, limit = int(argv[0]), int(argv[1]), int(argv[2])
+    if len(argv) > 3:
+        from .progress import set_watcher
+
+        set_watcher(pulse_sender(int(argv[3])))
     for name in PRELOAD:  # pay the heavy imports once, before the first job
         importlib.import_module(name)
 

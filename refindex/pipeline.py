@@ -17,8 +17,8 @@ from typing import Any, Literal, TypedDict
 from . import codecs, conventions, safety, urls, writers
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
-from .options import ScanOptions
-from .progress import ProgressSetting, ScanProgress
+from .options import ScanOptions, stall_limit_of
+from .progress import ProgressSetting, ScanProgress, watch
 from .scanner import ScanContext, choose_pages, scan_file
 from .source import ReadRecorder, Source, open_source
 
@@ -137,8 +137,12 @@ def opened_for_scan(source: str | os.PathLike, options: ScanOptions) -> Iterator
     """``source`` opened for a scan with ``options`` (:func:`~refindex.source.open_source`, recording
     the pages its index carries), closed on the way out."""
     recorder = ReadRecorder(options.page_size) if options.pages else None
-    with open_source(source, options.storage_options, options.cache, recorder) as src:
-        yield OpenedScan(src, options, recorder)
+    watch(stall_limit_of(source, options.timeout))  # libhdf5 from here: a worker that stops moving is stopped
+    try:
+        with open_source(source, options.storage_options, options.cache, recorder) as src:
+            yield OpenedScan(src, options, recorder)
+    finally:
+        watch(None)
 
 
 def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:

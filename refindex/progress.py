@@ -17,6 +17,7 @@ far as a postfix, so a single dataset of millions of chunks still shows it is mo
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -178,3 +179,54 @@ class ScanProgress:
             self._bar.set_postfix_str(f"{self.listed:,} chunks listed", refresh=False)
             self._bar.close()
             self._bar = None
+
+
+# ---------------------------------------------------------------- the pulse a watching parent follows
+#
+# libhdf5 can loop forever on a damaged file, and it does so inside one call that holds the
+# interpreter (h5py keeps the GIL in its metadata calls; it lets go of it while reading data).
+# The time limit of an isolated scan (refindex.options.time_limit) is sized for the largest
+# healthy file of that size, so a small file that loops would hold its worker for a minute.  So,
+# while a scan is *watched* (:func:`watch`: from the source's opening to the end of the walk), a
+# thread of the worker sends its parent (refindex.isolate, refindex.forked) a pulse every
+# :data:`PULSE_INTERVAL` seconds.  It gets to run whenever the scan runs Python code, waits for
+# bytes or reads data; it cannot while libhdf5 holds the interpreter in one call.  The parent
+# stops a watched worker whose pulse stops for the stall limit.  Nothing of this runs outside a
+# worker that has a watcher (:func:`set_watcher`).
+
+PULSE_INTERVAL = 0.5  # seconds between two pulses of a watched worker
+_watcher: Any = None  # callable(limit: float) -> None, set in a worker; limit 0: not watched any more
+_limit = 0.0  # the stall limit of the phase being watched (0: none)
+_pulsing: Any = None  # the thread that sends the pulses (started with the first watch)
+
+
+def set_watcher(send: Any) -> None:
+    """In a worker: ``send(limit)`` tells the parent "still here, stall limit ``limit`` s" (0: stop
+    watching).  None removes it (a forked child of the worker never pulses for it)."""
+    global _watcher, _limit, _pulsing
+    _watcher, _limit, _pulsing = send, 0.0, None
+
+
+def watch(limit: float | None) -> None:
+    """Start watching this phase with a stall limit of ``limit`` seconds (None or 0: stop watching)."""
+    global _limit, _pulsing
+    if _watcher is None:
+        return
+    _limit = float(limit or 0.0)
+    _watcher(_limit)
+    if _limit and _pulsing is None:
+        import threading
+
+        _pulsing = threading.Thread(target=_pulse, args=(_watcher,), name="refindex-pulse", daemon=True)
+        _pulsing.start()
+
+
+def _pulse(send: Any) -> None:
+    while _watcher is send:
+        time.sleep(PULSE_INTERVAL)
+        if _limit and _watcher is send:
+            send(_limit)
+
+
+if hasattr(os, "register_at_fork"):  # a helper the scan forks (the split walk) never pulses for it
+    os.register_at_fork(after_in_child=lambda: set_watcher(None))

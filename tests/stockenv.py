@@ -132,6 +132,14 @@ class _Server:
         value = np.asarray(a[sel])
         return value.astype(object) if value.dtype.kind == "T" else value
 
+    def xarray(self, index: str, group: str) -> dict:
+        """xarray (default decoding) over the index's ``group``: each variable's dims and values."""
+        import numpy as np
+        import xarray as xr
+
+        ds = xr.open_dataset(self.store(index), engine="zarr", zarr_format=self.fmt(index), consolidated=False,
+                             group=group or None)
+        return {name: (v.dims, np.asarray(v.values)) for name, v in ds.variables.items()}
 
 def _serve() -> None:
     sys.meta_path.insert(0, _NotInstalled())

@@ -251,7 +251,9 @@ def test_null_dataspace(h5path):
         f.create_dataset("null", data=h5py.Empty("f4"))
     refs, root = scan_open(h5path)
     z = root["null"]
-    assert z.shape == ()  # no elements at all: a 0-d variable, as netCDF readers show it
+    # no elements at all: an empty array, never a 0-d one (that would read as a value the file does not hold)
+    assert z.shape == (0,) and zvalues(z).shape == (0,) and zvalues(z).dtype == np.dtype("<f4")
+    assert zattrs(z)["_ARRAY_DIMENSIONS"] == ["null_dataspace"]
     assert notes(refs, "null")["refindex_null_dataspace"] is True and "refindex_null_dataspace" not in zattrs(z)
     assert refindex.verify(str(h5path), refs).ok
 

@@ -209,3 +209,25 @@ def test_fuzz_worker_ending_without_an_answer_is_a_clear_cli_error(tmp_path):
         "filter plugin?) ended the process; it printed last: 'Please double-check if the compressed data (or "
         "file) is correct.'"]
     assert os.listdir(out.parent) == []
+
+
+def test_fuzz_libhdf5_looping_on_a_small_file_stops_without_progress(tmp_path):
+    """An 11 KB mutant of hdf5/test_ds_be.h5 (bytes 5031-5169 zeroed; benchmarks/fuzz_long.py --seed 7)
+    makes libhdf5 loop.  Before (issue 45): "timed out after 60 s (worker killed)", the minimum time
+    limit, 63 s after the call.  Now the worker, held by libhdf5 in one call, stops pulsing and is
+    stopped at the 10 s stall limit, with an error naming the file."""
+    import refindex
+    from refindex.errors import WorkerTimeout
+
+    source = CORPUS / "hdf5/test_ds_be.h5"
+    if not source.exists():
+        pytest.skip(f"corpus file hdf5/test_ds_be.h5 not found under {CORPUS} (set REFINDEX_CORPUS)")
+    data = bytearray(source.read_bytes())
+    data[5031:5169] = bytes(5169 - 5031)
+    src = tmp_path / "test_ds_be.h5"
+    src.write_bytes(bytes(data))
+    with pytest.raises(WorkerTimeout) as e:
+        refindex.scan(str(src), isolate=True)
+    assert e.value.file == str(src)
+    assert e.value.reason == ("no progress for 10 s: libhdf5 held the worker in one call while it read the file, as "
+                              "it does when it loops on a damaged file (worker killed)")

@@ -403,3 +403,40 @@ def test_neither_index_nor_hdf5_is_a_clear_error(tmp_path, content, what):
         with pytest.raises(refindex.RefindexError, match="its JSON is invalid"):
             (tmp_path / "x.json").write_text("{oops")
             refindex.open(str(tmp_path / "x.json"))
+
+
+def test_open_group_names_what_is_there_instead(tmp_path):
+    """Issue 45: ``refindex.open("file.h5", group="group/data")`` answered "not an Icechunk repository
+    (group/branch/snapshot were given)" for any group.  ``group=`` now opens a group of any index or
+    file; a dataset or nothing there is a GroupNotFound (a ValueError too) saying so, with the groups
+    of the nearest parent; in an Icechunk repository alike."""
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f["group/data"] = np.arange(4.0)
+        f["group/sub/x"] = np.arange(3)
+        f["top"] = 1
+    index = tmp_path / "g.json"
+    refindex.scan_to_file(path, index)
+    for target in (path, index):
+        assert zvalues(refindex.open(target, group="group")["data"]).tolist() == [0.0, 1.0, 2.0, 3.0]
+        assert zvalues(refindex.open(target, group="/group/sub/")["x"]).tolist() == [0, 1, 2]
+        with pytest.raises(ValueError) as err:
+            refindex.open(target, group="group/data")
+        assert isinstance(err.value, refindex.GroupNotFound)
+        assert str(err.value) == (f"{target}: group 'group/data' is an array (an HDF5 dataset), not a group; "
+                                  "the groups in /group: /group/sub")
+        with pytest.raises(refindex.GroupNotFound, match="^.*: group 'nope/x' is not in the file; the groups "
+                                                         "in /: /group$"):
+            refindex.open(target, group="nope/x")
+    with pytest.raises(refindex.RefindexError, match="not an Icechunk repository: branch/snapshot name a version"):
+        refindex.open(path, branch="dev")
+    pytest.importorskip("icechunk")
+    repo = tmp_path / "repo"
+    refindex.scan_to_icechunk(path, repo, group="files/g")
+    assert zvalues(refindex.open(repo, group="files/g/group/sub")["x"]).tolist() == [0, 1, 2]
+    for group, said in (("files/g/group/data", "group 'files/g/group/data' is an array (an HDF5 dataset), "
+                                               "not a group; the groups in /files/g/group: /files/g/group/sub"),
+                        ("files/h", "group 'files/h' is not in /files; the groups in /files: /files/g")):
+        with pytest.raises(refindex.GroupNotFound) as err:
+            refindex.open(repo, group=group)
+        assert str(err.value) == f"{repo}@main: {said}"

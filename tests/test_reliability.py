@@ -251,6 +251,34 @@ def test_isolation_turns_crash_and_hang_into_errors():
             w.run(os.system, {"command": "true"}, timeout=30)  # only refindex's own jobs run
 
 
+def test_a_watched_job_that_stops_moving_is_stopped_at_its_stall_limit(tmp_path):
+    """Issue 45: the time limit of an isolated scan is sized by the file (60 s at least), so a small file
+    on which libhdf5 loops held its worker for a minute.  A watched scan's worker pulses whenever it
+    gets to run (refindex.progress); one held in a single call for its stall limit is killed with an
+    error naming the file, in a fresh-interpreter Worker and in the command line's forked child alike.
+    A job that keeps running Python past that limit is not."""
+    from refindex.testing import stall
+
+    src = str(tmp_path / "looping.h5")
+    said = ("no progress for 1 s: libhdf5 held the worker in one call while it read the file, as it does when it "
+            "loops on a damaged file (worker killed)")
+    with Worker() as w:
+        with pytest.raises(WorkerTimeout) as err:
+            w.run(stall, {"source": src, "limit": 1.0, "moving": 0.3}, timeout=600)
+        assert (err.value.file, err.value.reason) == (src, said)
+        assert w.run(stall, {"source": src, "limit": 1.0, "moving": 2.0, "hold": False}, timeout=600) == "done"
+    code = ("import sys\nfrom refindex import forked\nfrom refindex.testing.jobs import stall\n"
+            "assert forked.can_fork()\n"
+            "for kw in ({'limit': 1.0, 'moving': 0.3}, {'limit': 1.0, 'moving': 2.0, 'hold': False}):\n"
+            "    try:\n"
+            "        print(forked.run_forked(stall, {'source': sys.argv[1], **kw}, timeout=600))\n"
+            "    except Exception as e:\n"
+            "        print(type(e).__name__, e.file, e.reason)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-c", code, src], capture_output=True, text=True, timeout=120, env=env)
+    assert r.stdout.splitlines() == [f"WorkerTimeout {src} {said}", "done"], r.stderr
+
+
 def test_isolated_scan_equals_in_process(tmp_path):
     p = _simple(tmp_path / "s.h5")
     stats: dict = {}

@@ -158,3 +158,42 @@ def test_portable_index_needs_no_refindex_codec(rel: str, stock: StockReader, tm
         doc = json.load(fh)
     assert not [c for c in doc["refindex"]["codecs"] if c.startswith("refindex_")]
     assert doc["refindex"]["options"]["portable"] is True
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_null_dataspace_reads_as_nothing_without_refindex(zarr_format: int, stock: StockReader,
+                                                          tmp_path: Path) -> None:
+    """A dataset without a dataspace (h5py reads ``Empty``: no element) gives no value to any reader.
+
+    Before (issue 45): a 0-d array with no chunk, which zarr read as ``0`` (``""`` for text) and
+    xarray showed as ``array(0, dtype=int32)``.  Now an empty array of shape (0,) on its own
+    dimension (``null_dataspace``), which cannot conflict with the phony dimensions netCDF's rules
+    give the other datasets of the group; the h5py road still reads ``Empty``."""
+    path = tmp_path / "null.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("null_i4", data=h5py.Empty("<i4"))  # first: the scan would number it phony_dim_0
+        f.create_dataset("x", data=np.arange(5, dtype="<i4"))
+        f.create_dataset("null_f8", data=h5py.Empty("<f8"))
+        f.create_dataset("null_text", data=h5py.Empty(h5py.string_dtype()))
+        f.create_dataset("g/null_u2", data=h5py.Empty(">u2"))
+        f.create_dataset("g/y", data=np.arange(3.0))
+    index = str(tmp_path / "null.json")
+    refindex.scan_to_file(path, index, zarr_format=zarr_format)
+    nulls = {"null_i4": "<i4", "null_f8": "<f8", "null_text": None, "g/null_u2": ">u2"}
+    for name, dtype in nulls.items():
+        got = stock.ask("read", index, name, Ellipsis)
+        assert got.shape == (0,), (name, got)
+        if dtype is not None:
+            assert got.dtype.newbyteorder("=") == np.dtype(dtype).newbyteorder("="), (name, got.dtype)
+    report = refindex.verify(str(path), index, group=StockGroup(stock, index))
+    assert report.ok and {r.path: r.status for r in report.results if r.path.lstrip("/") in nulls} == {
+        "/" + n: "exact" for n in nulls}, report.summary()
+    for group, names in (("", ["null_i4", "null_f8", "null_text"]), ("g", ["null_u2"])):
+        shown = stock.ask("xarray", index, group)  # default decoding: opens, and shows no value
+        for name in names:
+            dims, values = shown[name]
+            assert dims == ("null_dataspace",) and values.shape == (0,), (group, name, dims, values)
+    assert stock.ask("xarray", index, "")["x"][1].tolist() == list(range(5))
+    with refindex.h5py_file(index) as h:
+        assert all(isinstance(h[n][()], h5py.Empty) for n in nulls)
+        assert h["null_i4"][()] == h5py.Empty("<i4")

@@ -497,7 +497,11 @@ def _check_h5py(path: Path, g3: zarr.Group, refs: dict) -> int:
     with h5py.File(path, "r") as f, _cwd(path.parent):  # libhdf5 finds external raw data from the cwd
         for obj_name in dataset_names(f):  # names first, zarr reads after: never zarr inside visititems
             obj = f[obj_name]
-            if obj_name not in g3 or obj.shape is None:
+            if obj_name not in g3:
+                continue
+            if obj.shape is None:  # a null dataspace (h5py: Empty): an empty array, nothing read
+                assert values(g3[obj_name]).shape == (0,), obj_name
+                checked += 1
                 continue
             if h5py.check_ref_dtype(obj.dtype) is not None or obj.dtype.names and any(
                     h5py.check_dtype(ref=obj.dtype.fields[n][0]) for n in obj.dtype.names):
@@ -599,11 +603,12 @@ def test_zoo_codecs_and_types(zoo):
     # padded compound: HDF5's layout kept with explicit pad members, as in v2
     fields = docs["dtypes:compound"]["data_type"]["configuration"]["fields"]
     assert [f["name"] for f in fields] == ["a", "refindex_pad_2", "b", "arr", "refindex_pad_28"]
-    # 0-d: shape [], chunk key "c"; empty and null dataspaces
+    # 0-d: shape [], chunk key "c"; empty and null dataspaces (an empty array: no value to read)
     assert docs["dtypes:scalar"]["shape"] == [] and docs["dtypes:scalar"]["chunk_grid"]["configuration"] == {
         "chunk_shape": []}
     assert docs["dtypes:zero"]["shape"] == [0, 3]
-    assert hidden["dtypes:null"]["refindex_null_dataspace"] is True and docs["dtypes:null"]["shape"] == []
+    assert hidden["dtypes:null"]["refindex_null_dataspace"] is True and docs["dtypes:null"]["shape"] == [0]
+    assert docs["dtypes:null"]["dimension_names"] == ["null_dataspace"]
     # dimension names from the scales (netCDF / xarray); plain files keep no _ARRAY_DIMENSIONS
     # attribute (xarray would show it as a user attribute in v3)
     assert docs["extra:dims/v"]["dimension_names"] == ["x", "phony_dim_0"]

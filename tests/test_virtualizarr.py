@@ -16,7 +16,8 @@ Which corpus data xarray can represent (the rule, decided on the file with h5py 
 before any refindex code runs): files that are not HDMF/NWB (those are refused by design),
 and in each group the datasets whose HDF5 type is a number, bool, enum of numbers,
 fixed- or variable-length string or datetime, with a simple or scalar dataspace.
-Compounds, references, variable-length sequences, opaque data, null dataspaces and
+A null dataspace (no element) is an empty variable, compared as one (issue 45).
+Compounds, references, variable-length sequences, opaque data and
 arrays of arrays are what xarray cannot hold as plain variables: they are dropped
 (``drop_variables``), so the rest of the group is still tested.  Each group with at least
 one such dataset is opened as ``Parser(group=...)``; a file is exact when every group is.
@@ -42,6 +43,7 @@ icechunk = pytest.importorskip("icechunk", reason="icechunk is not installed")
 
 from obspec_utils.registry import ObjectStoreRegistry  # noqa: E402
 
+import refindex  # noqa: E402
 import refindex.virtualizarr as rv  # noqa: E402
 from refindex.errors import RefindexError  # noqa: E402
 
@@ -69,8 +71,8 @@ def registry() -> ObjectStoreRegistry:
 
 def unrepresentable(d: h5py.Dataset) -> str | None:
     """Why xarray cannot hold dataset ``d`` as a plain variable (None: it can)."""
-    if d.shape is None:
-        return "null dataspace"
+    if d.shape is None:  # a null dataspace: an empty variable (no value), compared as such
+        return None
     dt = d.dtype
     if h5py.check_string_dtype(dt) is not None:
         return None
@@ -184,6 +186,10 @@ def differences(path: str, group: str, names: list[str], ds: Any) -> list[str]:
                     bad.append(f"{group}:{name} missing")
                     continue
                 d = g[name]
+                if d.shape is None:  # a null dataspace (h5py: Empty): an empty variable, no value
+                    if ds[shown].shape != (0,) or np.asarray(ds[shown].values).size:
+                        bad.append(f"{group}:{name}")
+                    continue
                 for sel in selections(d.shape, d.chunks):
                     if not same(h5_values(d, sel), np.asarray(ds[shown].variable[sel].values)):
                         bad.append(f"{group}:{name}")
@@ -386,6 +392,36 @@ def test_nwb_files_are_refused_with_a_pointer_to_refindex_v3(tmp_path):
     vds = vz.open_virtual_dataset(str(path), parser=rv.Parser(convention="plain"), registry=registry(),
                                   loadable_variables=[])
     assert vds["x"].shape == (3,)
+
+
+def test_refusals_raise_what_virtualizarrs_own_hdf_parser_raises(tmp_path):
+    """Issue 45: a ``group=`` that names a dataset (or nothing) is a ``ValueError`` for VirtualiZarr's
+    HDFParser, an NWB file with object references a ``NotImplementedError``: refindex's parser raises
+    RefindexErrors that are those too, and says what is there (before: a bare RefindexError,
+    "no group 'group/data' in the index of this file (groups: ['/', '/group', '/group/sub'])")."""
+    from virtualizarr.parsers import HDFParser
+
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        f["group/data"] = np.arange(4.0)
+        f["group/sub/x"] = np.arange(3)
+    for group, said in (("group/data", "group 'group/data' is an array (an HDF5 dataset), not a group; "
+                                       "the groups in /group: /group/sub"),
+                        ("nope", "group 'nope' is not in the file; the groups in /: /group")):
+        with pytest.raises(ValueError):
+            HDFParser(group=group)(path.as_uri(), registry())
+        with pytest.raises(ValueError) as err:
+            rv.Parser(group=group)(path.as_uri(), registry())
+        assert isinstance(err.value, refindex.GroupNotFound) and str(err.value) == f"{path}: {said}"
+    nwb = tmp_path / "session.nwb"
+    with h5py.File(nwb, "w") as f:
+        f.attrs["namespace"], f.attrs["neurodata_type"] = "core", "NWBFile"
+        refs = f.create_dataset("refs", shape=(1,), dtype=h5py.ref_dtype)
+        refs[0] = f.create_dataset("x", data=np.arange(3)).ref
+    for parser in (HDFParser(), rv.Parser(), rv.Parser(isolate=True)):  # (the class crosses the worker's pipe)
+        with pytest.raises(NotImplementedError) as err:
+            parser(nwb.as_uri(), registry())
+        assert isinstance(parser, HDFParser) or isinstance(err.value, RefindexError) and "NWBZarrIO" in str(err.value)
 
 
 def test_a_registry_without_the_file_fails_naming_it(tmp_path):

@@ -5,8 +5,12 @@ shows them over the HDF5 file (``engine="h5netcdf"``).
 * attribute values: a one-element array is its element, as netCDF readers hand it over
   (netCDF writers store scalar attributes that way; xarray needs ``coordinates`` as text
   and ``scale_factor`` as a number);
-* a dataset without a dataspace (no elements, not even one) is a 0-d array, as netCDF readers
-  show it (reading it gives the fill value; the index notes it as ``refindex_null_dataspace``);
+* a dataset without a dataspace (HDF5's null dataspace: no elements, not even one) stays the
+  scan's empty array of shape ``(0,)``: every reader reads nothing from it, as h5py does
+  (``h5py.Empty``).  netCDF readers show a 0-d variable that fails when read; a 0-d zarr array
+  would read as its fill value, a value the file does not hold.  Its one axis is named
+  :data:`NULL_DIM` (of size 0 in every group, so it cannot conflict with a dimension netCDF's
+  rules name; another name where the file uses that one);
 * variable-length UTF-8 text is fixed-width text as wide as its longest value (``<U<n>``), which
   is what xarray makes of it over netCDF files (zarr would hand xarray numpy's
   ``StringDType``; ASCII text stays variable-length, as xarray keeps it over netCDF files); beyond :data:`MAX_FIXED_TEXT` bytes, or where a value ends in NUL
@@ -39,21 +43,39 @@ ASIDE = "hidden_attributes"  # the provenance section: node path -> {name: value
 RENAMED = "renamed"  # the provenance section: index path -> HDF5 path
 MAX_FIXED_TEXT = 64 << 20  # variable-length text made fixed-width up to this many bytes (4 per character)
 TEXT_COMPRESSOR = {"id": "zlib", "level": 1}
+NULL_DIM = "null_dataspace"  # the dimension of the empty arrays that stand for null dataspaces
 
 
 def netcdf_view(tree: Tree) -> None:
     """Rewrite the plain ``tree`` in place into what xarray over h5netcdf shows (see the module)."""
     name_dimensions(tree)
+    name_null_dimensions(tree)
     for node in list(tree.groups.values()) + list(tree.arrays.values()):
         for name, value in node.attrs.items():
             if name != "_ARRAY_DIMENSIONS" and name not in NOTES and not name.startswith("refindex_"):
                 node.attrs[name] = netcdf_value(value)
     for node in tree.arrays.values():
-        if node.attrs.get("refindex_null_dataspace"):  # no elements at all: netCDF readers show a 0-d variable
-            node.shape, node.chunks, node.attrs["_ARRAY_DIMENSIONS"] = (), (), []
         if node.kind == "str" and node.charset == "utf-8" and node.dtype == "|O" and not node.refs:
             fixed_width_text(node)
     rename_non_coordinates(tree)
+
+
+def name_null_dimensions(tree: Tree) -> None:
+    """The axis of every null dataspace's empty array is :data:`NULL_DIM` (see the module), or
+    ``NULL_DIM_<n>`` where the file has a dimension or a node of that name."""
+    nulls = [n for n in tree.arrays.values() if n.attrs.get("refindex_null_dataspace")]
+    if not nulls:
+        return
+    taken = {posixpath.basename(p) for p in list(tree.arrays) + list(tree.groups)}
+    for node in tree.arrays.values():
+        if not node.attrs.get("refindex_null_dataspace"):
+            taken.update(d for d in node.attrs.get("_ARRAY_DIMENSIONS") or () if isinstance(d, str))
+    name, n = NULL_DIM, 0
+    while name in taken:
+        n += 1
+        name = f"{NULL_DIM}_{n}"
+    for node in nulls:
+        node.attrs["_ARRAY_DIMENSIONS"] = [name]
 
 
 def fixed_width_text(node: ArrayNode) -> None:

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
 
-from ..errors import RefindexError
+from ..errors import GroupNotFound, RefindexError
 from ._repository import names_repository
 
 
@@ -95,8 +95,29 @@ class IcechunkIndex:
         register_v3_codecs()
         try:
             return zarr.open_group(self.store(), mode="r", zarr_format=3, use_consolidated=False)
-        except FileNotFoundError as e:
-            raise RefindexError("no such group in the repository", file=self.label) from e
+        except (FileNotFoundError, zarr.errors.ContainsArrayError) as e:
+            raise self.no_group() from e
+
+    def no_group(self) -> GroupNotFound:
+        """What stands at ``group`` instead of a group, and the groups of its nearest parent group."""
+        import zarr
+
+        store, path = self.open().store, self.group.strip("/")
+        kinds: dict[str, str] = {}
+        parent = path
+        while parent:
+            parent = parent.rpartition("/")[0]
+            try:
+                found = zarr.open_group(GroupStore(store, parent) if parent else store, mode="r", zarr_format=3,
+                                        use_consolidated=False)
+            except (FileNotFoundError, zarr.errors.ContainsArrayError):
+                continue
+            kinds[parent] = "group"
+            for name, member in found.members():
+                kinds[f"{parent}/{name}" if parent else name] = "group" if isinstance(member, zarr.Group) else "array"
+            break
+        at = self.snapshot or self.branch or "main"
+        return GroupNotFound.naming(self.group, kinds, file=f"{self.repository}@{at}")
 
     def record(self) -> dict[str, Any]:
         """The provenance the last commit that wrote this group recorded ({} when none did)."""
@@ -134,14 +155,20 @@ class IcechunkIndex:
 
 def icechunk_index(target: Any, *, storage_options: dict[str, Any] | None = None,
                    source_options: dict[str, Any] | None = None, group: str | None = None,
-                   branch: str | None = None, snapshot: str | None = None) -> IcechunkIndex | None:
-    """``target`` as an :class:`IcechunkIndex` when it is one or names a repository, else None."""
+                   branch: str | None = None, snapshot: str | None = None,
+                   groups_elsewhere: bool = False) -> IcechunkIndex | None:
+    """``target`` as an :class:`IcechunkIndex` when it is one or names a repository, else None.
+
+    ``groups_elsewhere``: the caller selects ``group`` in any other index itself (``refindex.open``),
+    so only ``branch``/``snapshot`` need a repository; otherwise ``group`` does too."""
     if isinstance(target, IcechunkIndex):
         return target
     if not names_repository(target, storage_options):  # asked once: a remote name costs a request
-        if group is None and branch is None and snapshot is None:
+        if branch is None and snapshot is None and (group is None or groups_elsewhere):
             return None
-        raise RefindexError("not an Icechunk repository (group/branch/snapshot were given)", file=os.fspath(target))
+        why = "branch/snapshot name a version of one" if branch is not None or snapshot is not None else \
+            "group= selects a file's index in one here (refindex.open(..., group=) opens a group of any index)"
+        raise RefindexError(f"not an Icechunk repository: {why}", file=os.fspath(target))
     return IcechunkIndex(os.fspath(target), group=group or "", branch=branch, snapshot=snapshot,
                          storage_options=storage_options, source_options=source_options)
 

@@ -270,19 +270,40 @@ def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_opt
     :class:`~refindex.read.IcechunkIndex`) is opened read-only on ``branch`` (default main)
     or ``snapshot``, at ``group`` (default its root), authorizing exactly the virtual chunk
     containers it declares, with ``remote_options`` (default ``storage_options``) for the
-    sources; ``storage_options`` reach the repository.
+    sources; ``storage_options`` reach the repository.  ``group`` ("a/b") opens that group of
+    any other index or file too; one that is not there, or is a dataset, is a
+    :class:`~refindex.errors.GroupNotFound` (a ``ValueError`` too) listing the groups there.
     """
     from ._consolidated import open_group
 
     ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
-                         branch=branch, snapshot=snapshot, check_source=check_source)
+                         branch=branch, snapshot=snapshot, check_source=check_source, groups_elsewhere=True)
     if ic is not None:
         return ic.zarr_group()
 
     loaded, opts = prepare(refs, ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                                                 remote_protocol=remote_protocol, check_source=check_source,
                                                 cache=cache, allowed_urls=allowed_urls, trust=trust))
-    return open_group(store_of(loaded, opts))
+    root = open_group(store_of(loaded, opts))
+    return subgroup(root, group, index_location(refs) or "the index") if (group or "").strip("/") else root
+
+
+def subgroup(root: Any, group: str, label: str) -> Any:
+    """The group ``group`` ("a/b") of the zarr group ``root``; :class:`~refindex.errors.GroupNotFound`
+    (a ``ValueError`` too) naming what is there instead and the groups of its nearest parent."""
+    import zarr
+
+    from ..errors import GroupNotFound
+
+    try:
+        found = root[group.strip("/")]
+    except KeyError:
+        found = None
+    if isinstance(found, zarr.Group):
+        return found
+    kinds = {"": "group"} | {p: "group" if isinstance(m, zarr.Group) else "array"
+                             for p, m in root.members(max_depth=None)}
+    raise GroupNotFound.naming(group, kinds, file=label)
 
 
 def index_location(refs: Any) -> str | None:
@@ -292,15 +313,17 @@ def index_location(refs: Any) -> str | None:
 
 def opened_icechunk(refs: Any, *, storage_options: dict[str, Any] | None = None,
                     remote_options: dict[str, Any] | None = None, group: str | None = None,
-                    branch: str | None = None, snapshot: str | None = None, check_source: bool = True) -> Any:
+                    branch: str | None = None, snapshot: str | None = None, check_source: bool = True,
+                    groups_elsewhere: bool = False) -> Any:
     """``refs`` as an :class:`~refindex.read.IcechunkIndex` checked against its source (StaleIndexError
-    when it changed), or None when ``refs`` is no Icechunk repository."""
+    when it changed), or None when ``refs`` is no Icechunk repository (``groups_elsewhere``: as
+    :func:`~refindex.read._icechunk.icechunk_index`'s)."""
     if isinstance(refs, dict) or (group is None and branch is None and snapshot is None and named_otherwise(refs)):
         return None  # Icechunk's reader not imported
     from ._icechunk import icechunk_index
 
     ic = icechunk_index(refs, storage_options=storage_options, source_options=remote_options, group=group,
-                        branch=branch, snapshot=snapshot)
+                        branch=branch, snapshot=snapshot, groups_elsewhere=groups_elsewhere)
     if ic is not None and check_source:
         from .freshness import check_source as _check
 

@@ -176,8 +176,7 @@ def compare_dataset(cmp: _Comparer, d: h5py.Dataset, z, block_bytes: int = BLOCK
     attrs = dict(z.attrs) | dict(notes or {})
     dt = d.dtype
     if d.shape is None:
-        return ("exact", "") if z.shape in ((0,), ()) and attrs.get("refindex_null_dataspace") else (
-            "different", f"null dataspace read as shape {z.shape}")
+        return _compare_null(z)
     raw_like = h5py.check_vlen_dtype(dt) is None and h5py.check_ref_dtype(dt) is None and "refindex_fields" not in attrs
     expected_shape = tuple(d.shape) + (dt.subdtype[1] if dt.subdtype is not None else ())
     if expected_shape == (1,) and z.shape == () and h5py.check_string_dtype(dt) is not None:
@@ -196,6 +195,19 @@ def compare_dataset(cmp: _Comparer, d: h5py.Dataset, z, block_bytes: int = BLOCK
         status = _compare_selection(cmp, d, z, attrs, sel)
         if status is not None:
             return status
+    return "exact", ""
+
+
+def _compare_null(z) -> tuple[str, str]:
+    """A null dataspace (h5py: ``Empty``, no element) equals an array that reads as no element of its type."""
+    if tuple(z.shape) != (0,):
+        return "different", f"null dataspace read as shape {tuple(z.shape)}, not an empty array of shape (0,)"
+    try:
+        zv = np.asarray(z[...])
+    except Exception as e:
+        return "unreadable", f"{type(e).__name__}: {e}"
+    if zv.size:
+        return "different", f"null dataspace read as {zv.size} element(s)"
     return "exact", ""
 
 

@@ -42,3 +42,19 @@ def hang_while_writing(source: str, output: str, seconds: float = 3600.0) -> Non
         fh.write(b"half an index")
         fh.flush()
         time.sleep(seconds)
+
+
+def stall(source: str, limit: float, moving: float = 0.0, hold: bool = True) -> str:
+    """A scan of ``source`` watched with stall limit ``limit`` s (refindex.progress): it runs Python for
+    ``moving`` seconds, then (``hold``) stays in one call that holds the interpreter and never returns,
+    as libhdf5 looping on a damaged file does; else it stops being watched and returns "done"."""
+    from ..progress import watch
+
+    watch(limit)
+    end = time.monotonic() + moving
+    while time.monotonic() < end:
+        sum(range(1000))
+    if hold:
+        sum(range(10**15))  # one C call that keeps the interpreter (hours)
+    watch(None)
+    return "done"

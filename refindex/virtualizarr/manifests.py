@@ -19,7 +19,7 @@ from obspec_utils.registry import ObjectStoreRegistry
 from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from ..errors import RefindexError
+from ..errors import GroupNotFound, RefindexError
 from ..model import ChunkTable
 from ..writers.v3 import V3Array
 from .scan import Scan, as_uri
@@ -141,9 +141,8 @@ def manifest_group(scan: Scan, group: str | None = None, drop_variables: Iterabl
     """
     docs = scan.hierarchy.documents
     root = (group or "").strip("/")
-    if docs.get(root, {}).get("node_type") != "group":
-        known = sorted("/" + k for k, d in docs.items() if d["node_type"] == "group")
-        raise RefindexError(f"no group {group!r} in the index of this file (groups: {known[:20]})", file=scan.url)
+    if docs.get(root, {}).get("node_type") != "group":  # (a ValueError too, as VirtualiZarr's HDF parser raises)
+        raise GroupNotFound.naming(group or "/", {k: d["node_type"] for k, d in docs.items()}, file=scan.url)
     file_uri = as_uri(scan.url)
     children: dict[str, list[str]] = {}
     for key in docs:

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from .. import conventions, pipeline, writers
-from ..errors import RefindexError
+from ..errors import NotForXarray
 from ..options import ScanOptions
 from ..writers.v3 import Hierarchy
 
@@ -45,7 +45,7 @@ def scan_hierarchy(source: str, options: ScanOptions) -> Scan:
     scanned = pipeline.scan_source(source, options)
     chosen = conventions.detect(scanned.tree) if options.convention == "auto" else options.convention
     if chosen == "hdmf" and options.convention == "auto":
-        raise RefindexError(f"not served to xarray: {NWB_HINT}", file=scanned.label)
+        raise NotForXarray(f"not served to xarray: {NWB_HINT}", file=scanned.label)
     tree = pipeline.prepare_tree(scanned, options.but(convention=chosen))
     return Scan(writers.v3.hierarchy(tree), tree.url, list(tree.skipped), chosen)
 
