@@ -121,10 +121,10 @@ class CacheOptions:
 
 
 # What an index of the same file with the same options holds, counted: raised with every change of it (2: NWB
-# files' fill values and dimension names as xarray reads them over the file; 3: a null dataspace an empty array
-# of shape (0,), not a 0-d array that read as 0, and a server without Range support recorded), so that neither the index cache
-# nor a batch re-run takes an index made before as current (the package's version does not change between such
-# changes during development).
+# files' fill values and dimension names as xarray reads them over the file; 3: a null dataspace an empty
+# array of shape (0,), not a 0-d array that read as 0; a server without Range support recorded), so that
+# neither the index cache nor a batch re-run takes an index made before as current (the package's version
+# does not change between such changes during development).
 INDEX_FORM = 3
 
 # The fields that decide what an index holds, in the order its provenance lists them.
