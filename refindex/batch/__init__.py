@@ -82,7 +82,7 @@ from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
 from ..progress import ProgressSetting, progress_bar
 from ..writers.icechunk import IcechunkTarget
-from ._combine import combine_indexes
+from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location
 from ._manifest import current_infos, options_fingerprint, plan, read_manifest, write_manifest
@@ -110,6 +110,7 @@ def run_batch(
     combine: str | os.PathLike | None = None,
     concat_dims: Sequence[str] = ("time",),
     identical_dims: Sequence[str] = (),
+    combine_mode: str = "by_coords",
     check: Any = None,
     record_size: int | None = None,
     branch: str = "main",
@@ -143,7 +144,7 @@ def run_batch(
         return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
                                   force=force, progress=progress, manifest=manifest, timeout=timeout,
                                   isolate=isolate, check=check)
-    _check_combine(combine, format, scan_options)
+    combiner = _combiner(combine, format, scan_options, concat_dims, combine_mode, storage_options, record_size)
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:
@@ -160,7 +161,7 @@ def run_batch(
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
     tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
     collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
-                         _progress(len(tasks), len(sources) - len(tasks), progress))
+                         _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
     try:
         _run(tasks, dask, n_workers, timeout, collect)
     finally:
@@ -169,18 +170,24 @@ def run_batch(
         unsaved = save_manifest(rows, manifest_url, storage_options)
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
-    if combine is not None:
-        report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
-                                          storage_options=storage_options, timeout=timeout)
+    if combiner is not None:
+        report.combined = combiner.finish()
     return report
 
 
-def _check_combine(combine: Any, format: str, scan_options: ScanOptions) -> None:  # noqa: A002
-    """A combined index is kerchunk's MultiZarrToZarr over v2 JSON indexes: refuse anything else up front."""
-    if combine is not None and format != "json":
-        raise RefindexError("--combine needs JSON indexes (format='json')")
-    if combine is not None and scan_options.zarr_format != 2:
-        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
+def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims: Sequence[str],  # noqa: A002
+              mode: str, storage_options: dict[str, Any] | None, record_size: int | None) -> Combiner | None:
+    """The combine that takes each file's result as it arrives (None: no combine), refused up front
+    when the files' indexes will not be zarr v2 JSON."""
+    if combine is None:
+        return None
+    if format != "json":
+        raise RefindexError("--combine reads the files' JSON indexes (format='json'); its own output is parquet "
+                            "unless named *.json")
+    if scan_options.zarr_format != 2:
+        raise RefindexError("--combine needs zarr v2 indexes (--zarr-format 2)")
+    return Combiner(combine, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                    record_size=record_size)
 
 
 def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
@@ -323,13 +330,16 @@ class _Collector:
     """Takes each finished row: checks it against the template, puts it in place, moves the bar."""
 
     def __init__(self, rows: list[FileResult | None], position: dict[str, int], template: Any,
-                 storage_options: dict[str, Any] | None, bar: Any, take: Any = None):
+                 storage_options: dict[str, Any] | None, bar: Any, take: Any = None, combine: Any = None):
         self.rows, self.position, self.template = rows, position, template
+        self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
         self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
-        for r in rows:
+        for i, r in enumerate(rows):
             if r is not None:
                 self.check(r)
+                if combine is not None:
+                    combine.add(r, i)
 
     def check(self, r: FileResult) -> None:
         if self.template is None or r.status == "failed":
@@ -348,6 +358,8 @@ class _Collector:
         result = FileResult(**row)
         self.check(result)
         self.rows[self.position[row["source"]]] = result
+        if self.combine is not None:
+            self.combine.add(result, self.position[row["source"]])
         self.failed += row["status"] == "failed"
         if self.bar is not None:
             self.bar.set_postfix(failed=self.failed, refresh=False)

@@ -1,70 +1,88 @@
-"""One index of many: kerchunk's MultiZarrToZarr over a batch's JSON indexes, under a time limit."""
+"""One dataset of many files, with xarray's meaning: ``refindex batch --combine``.
+
+The combined index opened with xarray's defaults is what ``xr.open_mfdataset(files,
+combine="by_coords")`` (or ``combine="nested", concat_dim=D``) gives over the files, or the
+combine refuses with a :class:`~refindex.errors.RefindexError` naming the files and the
+difference.  It streams: :class:`Combiner` takes each file's result as the batch finishes
+it, keeps numpy columns of its chunks and a few facts about it (:mod:`._combine_plan`), and
+writes the one index at the end (:mod:`._combine_write`): JSON for a ``*.json`` output,
+fsspec's parquet references otherwise.  The pieces: :mod:`._combine_digest` (what is read of
+a file's index), :mod:`._combine_checks` (the refusals), :mod:`._combine_times` (the concat
+coordinate decoded per file and encoded once), :mod:`._combine_layout` (the arrays at the end).
+"""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from .. import urls
 from ..errors import RefindexError
-from ._results import BatchReport
+from ._combine_digest import digest
+from ._combine_plan import Combination
+from ._combine_write import write_combined
+from ._results import BatchReport, FileResult
+
+MODES = ("by_coords", "nested")
 
 
-def combine_job(indexes: list[str], output: str, storage_options: dict[str, Any] | None,
-                 concat_dims: list[str], identical_dims: list[str]) -> dict[str, Any]:
-    """Runs in a worker process: kerchunk's MultiZarrToZarr over the per-file indexes."""
-    try:
-        from kerchunk.combine import MultiZarrToZarr
-    except ImportError as e:
-        raise RefindexError(f"--combine needs kerchunk ({e})") from e
-    docs = []
-    for idx in indexes:
-        fs, path = urls.filesystem(idx, storage_options)
-        docs.append(json.loads(fs.cat_file(path)))
-    remote = None
-    first = urls.split(docs[0].get("refindex", {}).get("source", {}).get("url", "") or "")[0] if docs else "file"
-    if first != "file":
-        remote = first
-    try:
-        combined = MultiZarrToZarr(docs, concat_dims=list(concat_dims), identical_dims=list(identical_dims),
-                                   remote_protocol=remote, remote_options=storage_options if remote else None
-                                   ).translate()
-    except Exception as e:  # noqa: BLE001 - kerchunk raises anything
-        raise RefindexError(f"kerchunk's MultiZarrToZarr could not combine {len(docs)} indexes "
-                            f"(concat_dims={list(concat_dims)}): {type(e).__name__}: {e}") from e
-    size = _put_json(combined, output, storage_options)
-    return {"keys": len(combined.get("refs", {})), "bytes": size}
+def concat_dim_of(concat_dims: Sequence[str]) -> str:
+    dims = list(concat_dims)
+    if len(dims) != 1:
+        raise RefindexError(f"--combine concatenates along one dimension, got {dims}")
+    return dims[0]
 
 
-def _put_json(refs: dict[str, Any], index: str, storage_options: dict[str, Any] | None) -> int:
-    from ..writers import dumps, write_json
+class Combiner:
+    """Takes per-file results as they arrive; :meth:`finish` writes the combined index."""
 
-    protocol, path = urls.split(index)
-    if protocol == "file":
-        write_json(refs, path)
-        return os.path.getsize(path)
-    data = dumps(refs).encode("utf-8")
-    fs, p = urls.filesystem(index, storage_options)
-    fs.pipe_file(p, data)  # one PUT: the object appears whole or not at all
-    return len(data)
+    def __init__(self, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",), mode: str = "by_coords",
+                 storage_options: dict[str, Any] | None = None, record_size: int | None = None):
+        if mode not in MODES:
+            raise RefindexError(f"unknown combine mode {mode!r} ({' or '.join(MODES)})")
+        self.output = urls.normalise(os.fspath(output))
+        self.dim = concat_dim_of(concat_dims)
+        self.storage_options, self.record_size = storage_options, record_size
+        self.combination = Combination(self.dim, mode)
+        self.failed: list[str] = []
+        self.error: RefindexError | None = None
+
+    def add(self, result: FileResult, position: int) -> None:
+        """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
+        if result.status == "failed":
+            self.failed.append(result.source)
+            return
+        if self.error is not None:
+            return  # refused already: the batch goes on, the combine will not be written
+        try:
+            self.combination.add(digest(result.source, result.index, self.dim, self.storage_options), position)
+        except RefindexError as e:
+            self.error = e
+
+    def finish(self) -> str:
+        """Write the combined index (or raise why not); returns where."""
+        if self.failed:
+            raise RefindexError(f"cannot combine: {len(self.failed)} input(s) failed ({', '.join(self.failed[:5])})")
+        if self.error is not None:
+            raise self.error
+        out = self.combination.finish()
+        write_combined(out, self.output, self.storage_options, **({"record_size": self.record_size}
+                                                                   if self.record_size else {}))
+        return self.output
 
 
 def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",),
                     identical_dims: Sequence[str] = (), storage_options: dict[str, Any] | None = None,
-                    timeout: float | None = None) -> str:
-    """Merge the batch's JSON indexes into one at ``output`` (kerchunk, under a time limit)."""
-    from ..isolate import DEFAULT_TIMEOUT, Worker
+                    timeout: float | None = None, mode: str = "by_coords", record_size: int | None = None) -> str:
+    """Combine a finished batch's JSON indexes into one at ``output`` (see the module docstring).
 
-    if report.failed:
-        names = ", ".join(r.source for r in report.failed[:5])
-        raise RefindexError(f"cannot combine: {len(report.failed)} input(s) failed ({names})")
-    indexes = [r.index for r in report.results]
-    target = urls.normalise(os.fspath(output))
-    with Worker() as w:
-        w.run(combine_job,
-              dict(indexes=indexes, output=target, storage_options=storage_options, concat_dims=list(concat_dims),
-                   identical_dims=list(identical_dims)),
-              timeout=timeout or DEFAULT_TIMEOUT, label=f"combine -> {target}")
-    return target
+    ``identical_dims`` is accepted for compatibility: every coordinate without the concat
+    dimension is compared across files anyway.  ``timeout`` is unused (no worker runs it).
+    """
+    del identical_dims, timeout
+    c = Combiner(output, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                 record_size=record_size)
+    for i, r in enumerate(report.results):
+        c.add(r, i)
+    return c.finish()
