@@ -182,8 +182,8 @@ def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims:
     if combine is None:
         return None
     if format != "json":
-        raise RefindexError("--combine reads the files' JSON indexes (format='json'); its own output is parquet "
-                            "unless named *.json")
+        raise RefindexError("--combine needs JSON indexes of the files (format='json'); the combined index "
+                            "itself is parquet unless its name ends in .json")
     if scan_options.zarr_format != 2:
         raise RefindexError("--combine needs zarr v2 indexes (--zarr-format 2)")
     return Combiner(combine, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
@@ -217,7 +217,7 @@ def _icechunk_target(output: Any, combine: Any, branch: str, repository_options:
     if output is None:
         raise RefindexError("format='icechunk' needs output= (the repository: a folder or s3://bucket/prefix)")
     if combine is not None:
-        raise RefindexError("--combine merges JSON indexes with kerchunk; with --format icechunk the files "
+        raise RefindexError("--combine reads the files' JSON indexes; with --format icechunk the files "
                             "already share one repository (one group each): leave --combine out")
     return IcechunkTarget(urls.normalise(os.fspath(output)), branch=branch,
                           storage_options=repository_options or storage_options,

@@ -59,6 +59,9 @@ class Combiner:
             self.combination.add(digest(result.source, result.index, self.dim, self.storage_options), position)
         except RefindexError as e:
             self.error = e
+        except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
+            self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}",
+                                       file=result.source)
 
     def finish(self) -> str:
         """Write the combined index (or raise why not); returns where."""

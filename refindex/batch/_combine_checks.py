@@ -68,14 +68,14 @@ def check_array(ref: FileDigest, d: FileDigest, name: str, dim: str) -> None:
     if name == dim:
         return  # the concat coordinate is encoded anew (see _combine_times)
     axis = dims_a.index(dim) if dim in dims_a else None
-    if list(a["chunks"]) != list(b["chunks"]):
-        raise refuse(ref, d, f"variable {name!r}: chunk shape {tuple(a['chunks'])} vs {tuple(b['chunks'])} "
-                             "(one zarr array has one chunk shape)")
     other_a = [s for i, s in enumerate(a["shape"]) if i != axis]
     other_b = [s for i, s in enumerate(b["shape"]) if i != axis]
     if other_a != other_b:
         raise refuse(ref, d, f"variable {name!r}: shape {tuple(a['shape'])} vs {tuple(b['shape'])} "
                              f"on dimensions other than {dim!r} (unequal grids)")
+    if list(a["chunks"]) != list(b["chunks"]):
+        raise refuse(ref, d, f"variable {name!r}: chunk shape {tuple(a['chunks'])} vs {tuple(b['chunks'])} "
+                             "(one zarr array has one chunk shape)")
     dec_a, dec_b = decoding_attrs(ref.zattrs[name]), decoding_attrs(d.zattrs[name])
     if axis is not None and not same(dec_a, dec_b):
         raise refuse(ref, d, f"variable {name!r}: attributes xarray decodes with differ: {dec_a} vs {dec_b}")

@@ -156,6 +156,9 @@ class Combination:
         first = self.steps.values[self.step_start.values]
         order = np.lexsort((positions, first)) if self.mode == "by_coords" else np.argsort(positions, kind="stable")
         lengths, starts = self.length.values, self.step_start.values
+        if self.mode == "nested":
+            self.no_duplicates()
+            return order
         last = self.steps.values[starts + lengths - 1]
         for a, b in zip(order[:-1].tolist(), order[1:].tolist()):
             if first[b] <= last[a]:
@@ -165,8 +168,23 @@ class Combination:
                                     "the second)")
         return order
 
+    def no_duplicates(self) -> None:
+        """In input order steps may go back and forth (as xarray's nested combine keeps them), never repeat."""
+        assert self.steps is not None
+        steps = self.steps.values
+        order = np.argsort(steps, kind="stable")
+        same = np.flatnonzero(steps[order][1:] == steps[order][:-1])
+        if len(same):
+            i, j = order[same[0]], order[same[0] + 1]
+            file_of = np.searchsorted(self.step_start.values, [i, j], side="right") - 1
+            a, b = (self.sources[int(f)] for f in file_of)
+            raise RefindexError(f"cannot combine {a} and {b}: duplicate steps along {self.dim!r} "
+                                f"({self.show(steps[i])})")
+
     def show(self, step: Any) -> str:
         assert self.enc is not None
+        if self.enc.kind == "datetime64":
+            return str(np.datetime64(int(step), "ns").astype("M8[s]"))
         return str(step) if self.enc.kind == "raw" else str(as_dates(np.array([step]), self.enc)[0])
 
     def finish(self) -> OutLayout:
