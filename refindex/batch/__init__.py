@@ -57,17 +57,13 @@ Parallel
     :mod:`refindex.progress`.
 
 Combining (``combine=PATH``)
-    For netCDF-style datasets split across files (one logical array, cut along a
-    dimension such as time), the per-file JSON indexes are merged into one with
-    kerchunk's ``MultiZarrToZarr`` (``concat_dims``, default ``["time"]``;
-    ``identical_dims`` for coordinates shared by all files).  Limits: JSON indexes only;
-    every input must have been indexed (one failure refuses the combine); arrays need
-    ``_ARRAY_DIMENSIONS`` (netCDF4 / h5netcdf files have them, NWB files do not);
-    chunking must agree across files (kerchunk cannot merge differently chunked
-    pieces) and the combined index is a plain kerchunk index without refindex
-    provenance.  Checked with kerchunk 0.2.10 on zarr 3.4: it works; it runs in a
-    worker process under ``timeout``, so a kerchunk failure or hang becomes a clear
-    :class:`~refindex.errors.RefindexError` instead of a stuck batch.
+    One index of all files as one dataset along ``concat_dims`` (one dimension, default
+    ``time``), meaning what ``xr.open_mfdataset(files, combine="by_coords")`` makes of them
+    (``combine_mode="nested"``: input order): per-file time units decoded and encoded once,
+    grids, encodings and steps checked, anything one zarr array cannot hold refused naming the
+    files (:mod:`refindex.batch._combine`).  It takes each file's result as it arrives; JSON for
+    ``*.json``, parquet references otherwise.  Needs the files' JSON zarr v2 indexes; one
+    failed input refuses the combine.
 """
 
 from __future__ import annotations
@@ -124,7 +120,7 @@ def run_batch(
     ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:
     ``"local"``, a scheduler address or a ``distributed.Client``.  ``timeout``: seconds
     per file before its worker is killed (default: ``refindex.options.TIME_LIMIT_POLICY``).  ``manifest``: where to write the
-    manifest.  ``combine``: also write one kerchunk-combined index there.  ``check``: a
+    manifest.  ``combine``: also write one index of all files as one dataset there.  ``check``: a
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
