@@ -49,9 +49,10 @@ def write(folder, datasets, encoding=None, names=None):
     return paths
 
 
-def combined(paths, out, mode="by_coords", **scan):
+def combined(paths, out, mode="by_coords", concat_dims=("time",), **scan):
     report = refindex.run_batch(paths, output=str(out.parent / "indexes"), workers=0, progress=False,
-                                combine=str(out), combine_mode=mode, split_walk=False, **scan)
+                                combine=str(out), combine_mode=mode, concat_dims=concat_dims, split_walk=False,
+                                **scan)
     assert report.combined == str(out)
     return xr.open_zarr(refindex.open(str(out)).store)
 
@@ -265,3 +266,28 @@ def test_combined_json_names_its_files(tmp_path):
     combined(paths, out, **REFERENCED)
     refs = json.loads(out.read_text())["refs"]
     assert refs["temp/1.0"][0] == paths[1] and json.loads(refs["time/.zattrs"])["units"] == "days since 2000-01-01"
+
+
+def test_numbers_not_times_along_the_dimension(tmp_path):
+    """A concat coordinate of plain numbers orders the files by itself; other units of it are refused."""
+    def depth(start, seed, units="m"):
+        ds = dataset(np.arange(start, start + 3.0), seed).rename(time="depth")
+        ds.depth.attrs["units"] = units
+        return ds
+
+    paths = write(tmp_path / "nc", [depth(3, 1), depth(0, 0)])
+    got = combined(paths, tmp_path / "all.json", concat_dims=["depth"]).load()
+    xr.testing.assert_identical(got, xr.open_mfdataset(paths, engine="h5netcdf", combine="by_coords").load())
+    refused(tmp_path / "km", [depth(0, 0), depth(3, 1, "km")], r"'depth' is stored as <f8 in 'm' vs <f8 in 'km'",
+            concat_dims=["depth"])
+
+
+def test_up_to_date_files_are_combined_too(tmp_path):
+    """A re-run finds every index up to date and still combines them (the rows the batch starts with)."""
+    paths = write(tmp_path / "nc", [dataset(days("2000-01-01", 4), 0), dataset(days("2000-01-05", 4), 1)])
+    combined(paths, tmp_path / "first.json")
+    again = refindex.run_batch(paths, output=str(tmp_path / "indexes"), workers=0, progress=False,
+                               combine=str(tmp_path / "all.parq"))
+    assert {r.status for r in again.results} == {"up_to_date"}
+    xr.testing.assert_identical(xr.open_zarr(refindex.open(str(tmp_path / "all.parq")).store).load(),
+                                on_files(paths))

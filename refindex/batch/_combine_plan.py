@@ -134,6 +134,9 @@ class Combination:
         if self.enc is None:
             self.enc = enc
             self.steps, self.raw = Column(steps.dtype), Column(raw.dtype)
+        elif enc.kind == "raw" and enc != self.enc:
+            raise refuse(self.ref, d, f"{self.dim!r} is stored as {self.enc.dtype} in {self.enc.units!r} vs "
+                                      f"{enc.dtype} in {enc.units!r}: not times, so not re-encoded")
         elif enc.kind != self.enc.kind or (enc.kind == "cftime" and enc.calendar != self.enc.calendar):
             raise refuse(self.ref, d, f"{self.dim!r} decodes to {self.enc.kind} ({self.enc.calendar}) vs "
                                       f"{enc.kind} ({enc.calendar}): one coordinate cannot hold both")
