@@ -106,8 +106,6 @@ class Combination:
         self.position.append(np.array([position]))
         self.length.append(np.array([n]))
         remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in d.urls] + [-1], dtype=np.int32)
-        base = len(self.inline)
-        self.inline += d.inline
         for name, cols in d.chunks.items():
             if self.kind[name] in ("once", "coordinate"):
                 continue  # the earliest file's are written (once), or values encoded anew (coordinate)
@@ -115,10 +113,18 @@ class Combination:
             r.file.append(np.full(len(cols.url), number, dtype=np.int32))
             r.coords.append(cols.coords if r.ndim else np.zeros((len(cols.url), 1), dtype=np.int64))
             r.url.append(remap[cols.url])
-            r.offset.append(np.where(cols.url == -1, cols.offset + base, cols.offset))
+            r.offset.append(self.keep_inline(d, cols.url, cols.offset, cols.size))
             r.size.append(cols.size)
         if self.first is None or key < self.first[0]:
             self.first = (key, d)
+
+    def keep_inline(self, d: FileDigest, url: np.ndarray, offset: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Offsets with the inline rows' bytes copied into the combine's buffer (only the rows kept)."""
+        out = offset.copy()
+        for i in np.flatnonzero(url == -1).tolist():
+            out[i] = len(self.inline)
+            self.inline += d.inline[int(offset[i]):int(offset[i] + size[i])]
+        return out
 
     def take_steps(self, d: FileDigest, n: int, position: int) -> Any:
         """Decode the file's steps; returns its order key (first step, or input position)."""
