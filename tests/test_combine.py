@@ -291,3 +291,25 @@ def test_up_to_date_files_are_combined_too(tmp_path):
     assert {r.status for r in again.results} == {"up_to_date"}
     xr.testing.assert_identical(xr.open_zarr(refindex.open(str(tmp_path / "all.parq")).store).load(),
                                 on_files(paths))
+
+
+def test_s3_inputs_and_combined_outputs(tmp_path):
+    """Sources, per-file indexes and the combined index (JSON and parquet) on S3 (moto server); the time
+    values the combine reads come from the objects' byte ranges."""
+    from conftest import moto_s3
+
+    paths = write(tmp_path / "nc", [dataset(days("2000-01-05", 4), 1), dataset(days("2000-01-01", 4), 0)])
+    with moto_s3("k", "s") as opts:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("combine")
+        for p in paths:
+            fs.put_file(p, "combine/raw/" + p.rsplit("/", 1)[-1])
+        for out in ("s3://combine/all.json", "s3://combine/all.parq"):
+            report = refindex.run_batch("s3://combine/raw/*.nc", output="s3://combine/indexes", storage_options=opts,
+                                        workers=0, progress=False, combine=out, split_walk=False, **REFERENCED)
+            assert report.combined == out
+            got = xr.open_zarr(refindex.open(out, storage_options=opts, remote_options=opts).store).load()
+            xr.testing.assert_identical(got, on_files(paths))
+        assert not [p for p in fs.find("combine") if ".refindex-" in p]

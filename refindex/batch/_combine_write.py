@@ -40,6 +40,17 @@ def metadata(out: OutLayout) -> dict[str, dict[str, Any]]:
     return meta
 
 
+def folders(out: OutLayout) -> dict[str, str]:
+    """The folders the chunks' files are in, as URL templates: what readers judge (URL policy) and take
+    the files' protocol from before any chunk is read."""
+    names = sorted({u.rsplit("/", 1)[0] + "/" for u in out.urls})
+    return {f"u{i}": name for i, name in enumerate(names)}
+
+
+def provenance(out: OutLayout) -> dict[str, Any]:
+    return {"combined": {"files": out.files}}
+
+
 def grid_of(a: OutArray) -> tuple[int, ...]:
     return tuple(math.ceil(s / c) for s, c in zip(a.zarray["shape"], a.zarray["chunks"])) or (1,)
 
@@ -75,7 +86,7 @@ def json_refs(out: OutLayout) -> dict[str, Any]:
                 refs[key] = "base64:" + base64.standard_b64encode(blob[off:off + size]).decode("ascii")
             else:
                 refs[key] = [out.urls[u], off, size]
-    return {"version": 1, "refs": refs, "refindex": {"combined": {"files": out.files}}}
+    return {"version": 1, "templates": folders(out), "refs": refs, "refindex": provenance(out)}
 
 
 def records(a: OutArray, lin: np.ndarray, order: np.ndarray, out: OutLayout, record_size: int) -> Iterator[Any]:
@@ -119,7 +130,7 @@ def write_parquet_folder(out: OutLayout, folder: str, record_size: int) -> None:
         for k, table in enumerate(records(a, lin, order, out, record_size)):
             write_record(table, os.path.join(where, f"refs.{k}.parq"))
     doc = {"metadata": metadata(out), "record_size": int(record_size), "zarr_consolidated_format": 1,
-           "refindex": {"combined": {"files": out.files}}}
+           "refindex": {"templates": folders(out), **provenance(out)}}
     with open(os.path.join(folder, ZMETADATA), "w", encoding="utf-8") as fh:
         fh.write(metadata_json(doc))
 
