@@ -153,6 +153,10 @@ def test_nested_keeps_the_input_order(tmp_path):
     paths = write(tmp_path / "nc", [dataset(days("2000-03-01", 4), 0), dataset(days("2000-01-01", 4), 1)])
     got = assert_as_mfdataset(paths, tmp_path / "all.json", mode="nested")
     assert str(got.time.values[0])[:10] == "2000-03-01"
+    out = tmp_path / "cli.parq"
+    assert cli_main(["batch", *paths, "--combine", str(out), "--combine-mode", "nested", "--workers", "0",
+                     "--no-progress"]) == 0
+    xr.testing.assert_identical(xr.open_zarr(refindex.open(str(out)).store).load(), on_files(paths, "nested"))
 
 
 def test_parquet_reads_through_stock_fsspec_and_zarr(tmp_path):
@@ -313,3 +317,15 @@ def test_s3_inputs_and_combined_outputs(tmp_path):
             got = xr.open_zarr(refindex.open(out, storage_options=opts, remote_options=opts).store).load()
             xr.testing.assert_identical(got, on_files(paths))
         assert not [p for p in fs.find("combine") if ".refindex-" in p]
+
+
+def test_time_stored_differently_per_file(tmp_path):
+    """One file stores time as int64 days, the other as float64 hours with a fill value: both decode, one
+    coordinate holds them; a step equal to the fill value (xarray: NaT) is refused."""
+    paths = write(tmp_path / "nc", [dataset(days("2000-01-01", 4), 0), dataset(days("2000-01-05", 4), 1)],
+                  encoding=lambda i: {"time": {"units": "hours since 2000-01-05", "dtype": "f8", "_FillValue": -1.0}}
+                  if i else None)
+    assert_as_mfdataset(paths, tmp_path / "all.json")
+    refused(tmp_path / "fill", [dataset(days("2000-01-01", 4), 0), dataset(days("2000-01-05", 4), 1)],
+            r"f001.nc: 'time' has missing steps",
+            encoding=lambda i: {"time": {"units": "hours since 2000-01-05", "_FillValue": 24}} if i else None)

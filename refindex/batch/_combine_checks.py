@@ -60,13 +60,13 @@ def check_array(ref: FileDigest, d: FileDigest, name: str, dim: str) -> None:
     dims_a, dims_b = ref.dims(name), d.dims(name)
     if dims_a != dims_b:
         raise refuse(ref, d, f"variable {name!r} has dimensions {dims_a} vs {dims_b}")
+    if name == dim:
+        return  # the concat coordinate is decoded per file and encoded anew (see _combine_times)
     for f in ARRAY_FIELDS:
         if not same(a.get(f), b.get(f)):
             what = {"compressor": "codec", "filters": "filters", "fill_value": "fill value"}.get(f, f)
             raise refuse(ref, d, f"variable {name!r}: {what} {a.get(f)!r} vs {b.get(f)!r} "
                                  "(one zarr array has one)")
-    if name == dim:
-        return  # the concat coordinate is encoded anew (see _combine_times)
     axis = dims_a.index(dim) if dim in dims_a else None
     other_a = [s for i, s in enumerate(a["shape"]) if i != axis]
     other_b = [s for i, s in enumerate(b["shape"]) if i != axis]
@@ -92,4 +92,19 @@ def length_along(d: FileDigest, dim: str) -> int:
                             f"(arrays need _ARRAY_DIMENSIONS; netCDF-4 files have them)", file=d.source)
     if len(set(sizes.values())) > 1:
         raise RefindexError(f"variables disagree on the size of {dim!r}: {sizes}", file=d.source)
-    return next(iter(sizes.values()))
+    n = next(iter(sizes.values()))
+    if n == 0:
+        raise RefindexError(f"the file holds no step along {dim!r}", file=d.source)
+    return n
+
+
+def missing_steps(d: FileDigest, dim: str, raw: Any) -> bool:
+    """Steps equal to the coordinate's fill value: xarray reads them as missing (NaT), which one
+    re-encoded coordinate would not say."""
+    import numpy as np
+
+    fills = [d.zarrays[dim].get("fill_value")] + [d.zattrs[dim].get(k) for k in ("_FillValue", "missing_value")]
+    for fill in fills:
+        if isinstance(fill, (int, float)) and not isinstance(fill, bool) and np.any(raw == fill):
+            return True
+    return False

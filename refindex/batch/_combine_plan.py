@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RefindexError
-from ._combine_checks import check_array, check_names, length_along, refuse
+from ._combine_checks import check_array, check_names, length_along, missing_steps, refuse
 from ._combine_digest import FileDigest, coordinate_names
 from ._combine_layout import OutLayout, layout
 from ._combine_times import Encoding, as_dates, decode_steps, encode_steps, encoding_of
@@ -135,6 +135,8 @@ class Combination:
                                     f"combine them in input order (mode 'nested')", file=d.source)
             return (position,)
         raw = d.values[self.dim].reshape(-1)
+        if missing_steps(d, self.dim, raw):
+            raise RefindexError(f"{self.dim!r} has missing steps (values equal to its fill value)", file=d.source)
         enc = encoding_of(d.zattrs[self.dim], d.zarrays[self.dim]["dtype"])
         steps, enc = decode_steps(raw, enc, d.source, self.dim)
         if self.enc is None:
