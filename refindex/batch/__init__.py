@@ -364,6 +364,8 @@ class _Collector:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+        if self.combine is not None:
+            self.combine.close()  # also when interrupted: no reader thread outlives the batch
 
 
 def _progress(total: int, skipped: int, enabled: ProgressSetting) -> Any:

@@ -14,7 +14,9 @@ coordinate decoded per file and encoded once), :mod:`._combine_layout` (the arra
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import urls
@@ -25,6 +27,8 @@ from ._combine_write import write_combined
 from ._results import BatchReport, FileResult
 
 MODES = ("by_coords", "nested")
+READERS = 8  # threads reading the files' indexes (and coordinate bytes) while the batch runs
+IN_FLIGHT = 64  # digests waiting to join the combination, at most
 
 
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
@@ -35,7 +39,12 @@ def concat_dim_of(concat_dims: Sequence[str]) -> str:
 
 
 class Combiner:
-    """Takes per-file results as they arrive; :meth:`finish` writes the combined index."""
+    """Takes per-file results as they arrive; :meth:`finish` writes the combined index.
+
+    Each file's index is read in one of a few threads (a remote index or coordinate is a
+    request: several in flight, not one after another), and its digest joins the combination
+    in the caller's thread; at most ``IN_FLIGHT`` digests wait at any time.
+    """
 
     def __init__(self, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",), mode: str = "by_coords",
                  storage_options: dict[str, Any] | None = None, record_size: int | None = None):
@@ -47,6 +56,8 @@ class Combiner:
         self.combination = Combination(self.dim, mode)
         self.failed: list[str] = []
         self.error: RefindexError | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: deque[tuple[Future, str, int]] = deque()
 
     def add(self, result: FileResult, position: int) -> None:
         """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
@@ -55,16 +66,36 @@ class Combiner:
             return
         if self.error is not None:
             return  # refused already: the batch goes on, the combine will not be written
-        try:
-            self.combination.add(digest(result.source, result.index, self.dim, self.storage_options), position)
-        except RefindexError as e:
-            self.error = e
-        except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
-            self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}",
-                                       file=result.source)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(READERS, thread_name_prefix="refindex-combine")
+        job = self.pool.submit(digest, result.source, result.index, self.dim, self.storage_options)
+        self.pending.append((job, result.source, position))
+        self.take(wait=len(self.pending) > IN_FLIGHT)
+
+    def take(self, wait: bool) -> None:
+        """Join the digests that are ready (``wait``: the oldest one too, or all when finishing)."""
+        while self.pending and (wait or self.pending[0][0].done()):
+            job, source, position = self.pending.popleft()
+            wait = wait and len(self.pending) > IN_FLIGHT
+            try:
+                if self.error is None:
+                    self.combination.add(job.result(), position)
+            except RefindexError as e:
+                self.error = e
+            except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
+                self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}", file=source)
+
+    def close(self) -> None:
+        """No reader thread outlives the batch (the digests already asked for are finished, and kept)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
 
     def finish(self) -> str:
         """Write the combined index (or raise why not); returns where."""
+        while self.pending:
+            self.take(wait=True)
+        self.close()
         if self.failed:
             raise RefindexError(f"cannot combine: {len(self.failed)} input(s) failed ({', '.join(self.failed[:5])})")
         if self.error is not None:
@@ -86,6 +117,9 @@ def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_di
     del identical_dims, timeout
     c = Combiner(output, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
                  record_size=record_size)
-    for i, r in enumerate(report.results):
-        c.add(r, i)
-    return c.finish()
+    try:
+        for i, r in enumerate(report.results):
+            c.add(r, i)
+        return c.finish()
+    finally:
+        c.close()
