@@ -412,8 +412,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
             print(f"check {r.source}: {d['path']}: {d['message']}", file=sys.stderr)
     print(report.summary(), file=sys.stderr)
     if report.combined:
-        print(f"combined index: {report.combined}", file=sys.stderr)
-    if args.format == "icechunk":
+        snapshot = report.extra.get("snapshot")
+        print(f"combined {'dataset' if snapshot else 'index'}: {report.combined}"
+              + (f" (committed {snapshot})" if snapshot else ""), file=sys.stderr)
+    if args.format == "icechunk" and not args.combine:
         extra = report.extra
         said = f"committed {extra['snapshot']}" if extra.get("snapshot") else "nothing committed"
         print(f"{said} to {extra['repository']} (branch {extra['branch']}); containers "

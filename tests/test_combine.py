@@ -329,3 +329,52 @@ def test_time_stored_differently_per_file(tmp_path):
     refused(tmp_path / "fill", [dataset(days("2000-01-01", 4), 0), dataset(days("2000-01-05", 4), 1)],
             r"f001.nc: 'time' has missing steps",
             encoding=lambda i: {"time": {"units": "hours since 2000-01-05", "_FillValue": 24}} if i else None)
+
+
+# ------------------------------------------------------------------ one Icechunk dataset, and append
+def commits(repo) -> int:
+    import icechunk
+
+    r = icechunk.Repository.open(icechunk.local_filesystem_storage(str(repo)))
+    return len(list(r.ancestry(branch="main")))
+
+
+def in_repository(repo):
+    return xr.open_zarr(refindex.open(str(repo)).store, consolidated=False).load()
+
+
+def test_icechunk_one_dataset_appended_by_a_rerun(tmp_path):
+    """``format="icechunk", combine=REPO``: one dataset at the repository's root; a re-run with a new file scans
+    only it and commits once; a changed file's references are replaced; a vanished input fails naming it."""
+    pytest.importorskip("icechunk")
+    nc, repo = tmp_path / "nc", tmp_path / "repo"
+    paths = write(nc, [dataset(days("2000-01-01", 12), 0), dataset(days("2000-01-13", 12), 1)])
+    kw = dict(format="icechunk", combine=str(repo), output=str(tmp_path / "idx"), workers=0, progress=False,
+              split_walk=False, **REFERENCED)
+    first = refindex.run_batch(paths, **kw)
+    assert first.combined == str(repo) and first.extra["snapshot"]
+    xr.testing.assert_identical(in_repository(repo), on_files(paths))
+    n = commits(repo)
+    paths += write(nc, [dataset(days("2000-01-25", 12), 2)], names=["f002.nc"])
+    again = refindex.run_batch(paths, **kw)
+    assert [r.status for r in again.results] == ["up_to_date", "up_to_date", "indexed"]
+    assert commits(repo) == n + 1
+    xr.testing.assert_identical(in_repository(repo), on_files(paths))
+    write(nc, [dataset(days("2000-01-13", 12), 7)], names=["f001.nc"])  # changed values, same steps
+    third = refindex.run_batch(paths, **kw)
+    assert [r.status for r in third.results] == ["up_to_date", "indexed", "up_to_date"]
+    xr.testing.assert_identical(in_repository(repo), on_files(paths))
+    (nc / "f000.nc").unlink()
+    with pytest.raises(refindex.RefindexError, match=r"1 input\(s\) of the previous run are gone \(.*f000.nc"):
+        refindex.run_batch(paths[1:], **kw)
+    assert commits(repo) == n + 2
+
+
+def test_icechunk_dataset_from_the_command_line_with_inline_chunks(tmp_path):
+    pytest.importorskip("icechunk")
+    parts = [several(i, f"2000-0{i + 1}-01").set_coords("lat") for i in range(3)]
+    paths = write(tmp_path / "nc", parts[::-1])
+    repo = tmp_path / "repo"
+    assert cli_main(["batch", *paths, "--format", "icechunk", "--combine", str(repo), "-o", str(tmp_path / "idx"),
+                     "--workers", "0", "--no-progress"]) == 0
+    xr.testing.assert_identical(in_repository(repo), on_files(paths))

@@ -132,15 +132,14 @@ def run_batch(
     if format not in (*SUFFIX, "icechunk"):
         raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
     scan_options = _batch_options(options, keywords, storage_options, workers, dask)
-    for bad in ("url", "follow_external"):
-        if getattr(scan_options, bad):
-            raise RefindexError(f"{bad} is not supported by batch indexing")
-    if format == "icechunk":
-        target = _icechunk_target(output, combine, branch, repository_options, storage_options)
+    if format == "icechunk" and combine is None:
+        target = _icechunk_target(output, branch, repository_options, storage_options)
         return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
                                   force=force, progress=progress, manifest=manifest, timeout=timeout,
                                   isolate=isolate, check=check)
-    combiner = _combiner(combine, format, scan_options, concat_dims, combine_mode, storage_options, record_size)
+    combiner = _combiner(combine, format, scan_options, concat_dims, combine_mode, storage_options, record_size,
+                         branch, repository_options)
+    format = "json" if format == "icechunk" else format  # noqa: A001 - the files' own indexes: JSON
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:
@@ -151,6 +150,8 @@ def run_batch(
     fingerprint = options_fingerprint(format, scan_options, record_size)
     template = _template(check)
     previous = {} if force else read_manifest(manifest_url, storage_options)
+    if combiner is not None:
+        combiner.check_inputs(previous, sources)
     infos = current_infos(sources, known, storage_options)
     rows, jobs = plan(sources, infos, previous, format, out, root, fingerprint, force, storage_options)
     n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
@@ -167,16 +168,27 @@ def run_batch(
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
     if combiner is not None:
-        report.combined = combiner.finish()
+        report.combined, report.extra["snapshot"] = combiner.finish(), combiner.snapshot
     return report
 
 
 def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims: Sequence[str],  # noqa: A002
-              mode: str, storage_options: dict[str, Any] | None, record_size: int | None) -> Combiner | None:
+              mode: str, storage_options: dict[str, Any] | None, record_size: int | None, branch: str,
+              repository_options: dict[str, Any] | None) -> Combiner | None:
     """The combine that takes each file's result as it arrives (None: no combine), refused up front
-    when the files' indexes will not be zarr v2 JSON."""
+    when the files' indexes will not be zarr v2 JSON.  ``format="icechunk"``: the files are indexed as
+    JSON, the combined dataset goes into the repository ``combine`` (see :mod:`._combine_icechunk`)."""
     if combine is None:
         return None
+    if format == "icechunk":
+        if os.fspath(combine).rstrip("/").lower().endswith((".json", ".parq", ".parquet")):
+            raise RefindexError("--combine with --format icechunk names the Icechunk repository to write (a folder "
+                                f"or s3://bucket/prefix), not an index file: {os.fspath(combine)!r}")
+        if scan_options.zarr_format != 2:
+            raise RefindexError("--combine needs zarr v2 indexes of the files (--zarr-format 2)")
+        target = _icechunk_target(combine, branch, repository_options, storage_options)
+        return Combiner(target.repo, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                        icechunk=target)
     if format != "json":
         raise RefindexError("--combine needs JSON indexes of the files (format='json'); the combined index "
                             "itself is parquet unless its name ends in .json")
@@ -191,6 +203,9 @@ def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_
     """The scan options of every file.  Several scans at once keep the cores busy: none also
     forks a helper for its walk, unless asked to."""
     chosen = options_from(options, keywords).but(storage_options=dict(storage_options or {}))
+    for bad in ("url", "follow_external"):
+        if getattr(chosen, bad):
+            raise RefindexError(f"{bad} is not supported by batch indexing")
     if chosen.split_walk is None and (dask is not None or workers is None or int(workers) > 1):
         return chosen.but(split_walk=False)
     return chosen
@@ -207,14 +222,11 @@ def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, co
         run_local(tasks, min(n_workers, len(tasks)), timeout, collect)
 
 
-def _icechunk_target(output: Any, combine: Any, branch: str, repository_options: dict[str, Any] | None,
+def _icechunk_target(output: Any, branch: str, repository_options: dict[str, Any] | None,
                      storage_options: dict[str, Any] | None) -> IcechunkTarget:
-    """Where an Icechunk batch commits; what cannot go with it refused."""
+    """Where an Icechunk batch commits (the repository: a folder or ``s3://bucket/prefix``)."""
     if output is None:
         raise RefindexError("format='icechunk' needs output= (the repository: a folder or s3://bucket/prefix)")
-    if combine is not None:
-        raise RefindexError("--combine reads the files' JSON indexes; with --format icechunk the files "
-                            "already share one repository (one group each): leave --combine out")
     return IcechunkTarget(urls.normalise(os.fspath(output)), branch=branch,
                           storage_options=repository_options or storage_options,
                           source_options=dict(storage_options or {}))

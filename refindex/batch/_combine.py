@@ -31,6 +31,14 @@ READERS = 8  # threads reading the files' indexes (and coordinate bytes) while t
 IN_FLIGHT = 64  # digests waiting to join the combination, at most
 
 
+def exists(source: str, storage_options: dict[str, Any] | None) -> bool:
+    fs, path = urls.filesystem(source, storage_options)
+    try:
+        return bool(fs.exists(path))
+    except Exception:  # noqa: BLE001 - unreachable is not gone: say nothing
+        return True
+
+
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
     dims = list(concat_dims)
     if len(dims) != 1:
@@ -47,7 +55,8 @@ class Combiner:
     """
 
     def __init__(self, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",), mode: str = "by_coords",
-                 storage_options: dict[str, Any] | None = None, record_size: int | None = None):
+                 storage_options: dict[str, Any] | None = None, record_size: int | None = None,
+                 icechunk: Any = None):
         if mode not in MODES:
             raise RefindexError(f"unknown combine mode {mode!r} ({' or '.join(MODES)})")
         self.output = urls.normalise(os.fspath(output))
@@ -58,9 +67,13 @@ class Combiner:
         self.error: RefindexError | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.pending: deque[tuple[Future, str, int]] = deque()
+        self.icechunk = icechunk  # an IcechunkTarget: the dataset goes into its repository (one commit)
+        self.sources: list[str] = []
+        self.snapshot: str | None = None
 
     def add(self, result: FileResult, position: int) -> None:
         """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
+        self.sources.append(result.source)
         if result.status == "failed":
             self.failed.append(result.source)
             return
@@ -101,9 +114,24 @@ class Combiner:
         if self.error is not None:
             raise self.error
         out = self.combination.finish()
+        if self.icechunk is not None:
+            from ._combine_icechunk import write_combined_icechunk
+
+            self.snapshot = write_combined_icechunk(out, self.icechunk, self.sources)
+            return self.output
         write_combined(out, self.output, self.storage_options, **({"record_size": self.record_size}
                                                                    if self.record_size else {}))
         return self.output
+
+    def check_inputs(self, previous: dict[str, Any], sources: list[str]) -> None:
+        """Appending to an Icechunk dataset: an input of the previous run that no longer exists fails the
+        run, naming it (the dataset would lose its steps without a word)."""
+        if self.icechunk is None:
+            return
+        from ._combine_icechunk import vanished
+
+        gone = [s for s in set(previous) - set(sources) if not exists(s, self.storage_options)]
+        vanished({s: None for s in gone}, [])
 
 
 def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",),
