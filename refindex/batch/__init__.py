@@ -62,7 +62,9 @@ Combining (``combine=PATH``)
     (``combine_mode="nested"``: input order): per-file time units decoded and encoded once,
     grids, encodings and steps checked, anything one zarr array cannot hold refused naming the
     files (:mod:`refindex.batch._combine`).  It takes each file's result as it arrives; JSON for
-    ``*.json``, parquet references otherwise.  Needs the files' JSON zarr v2 indexes; one
+    ``*.json``, parquet references otherwise; with ``format="icechunk"`` one dataset in the
+    repository ``combine``, replaced in one commit per run (only new or changed files scanned:
+    :mod:`refindex.batch._combine_icechunk`).  Needs the files' JSON zarr v2 indexes; one
     failed input refuses the combine.
 """
 
@@ -124,7 +126,8 @@ def run_batch(
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
-    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see docs/batch.md).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch``; with ``combine``,
+    ``combine`` is the repository of one combined dataset (see docs/batch.md).
     ``progress``: True (a notebook widget, a terminal bar, or plain lines in a log), ``"auto"``
     (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.
