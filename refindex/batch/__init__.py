@@ -126,8 +126,7 @@ def run_batch(
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
-    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch``; with ``combine``,
-    ``combine`` is the repository of one combined dataset (see docs/batch.md).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (with ``combine``: see docs).
     ``progress``: True (a notebook widget, a terminal bar, or plain lines in a log), ``"auto"``
     (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.

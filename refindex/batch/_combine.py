@@ -119,8 +119,7 @@ class Combiner:
 
             self.snapshot = write_combined_icechunk(out, self.icechunk, self.sources)
             return self.output
-        write_combined(out, self.output, self.storage_options, **({"record_size": self.record_size}
-                                                                   if self.record_size else {}))
+        write_combined(out, self.output, self.storage_options, self.record_size)
         return self.output
 
     def check_inputs(self, previous: dict[str, Any], sources: list[str]) -> None:
@@ -130,8 +129,7 @@ class Combiner:
             return
         from ._combine_icechunk import vanished
 
-        gone = [s for s in set(previous) - set(sources) if not exists(s, self.storage_options)]
-        vanished({s: None for s in gone}, [])
+        vanished(sorted(s for s in set(previous) - set(sources) if not exists(s, self.storage_options)))
 
 
 def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",),

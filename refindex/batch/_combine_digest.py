@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +192,3 @@ def values_hash(values: np.ndarray) -> str:
     h.update(str(values.tolist()).encode() if values.dtype.kind == "O" else np.ascontiguousarray(values).tobytes())
     return h.hexdigest()
 
-
-def grid_of(za: dict[str, Any]) -> tuple[int, ...]:
-    return tuple(math.ceil(s / c) for s, c in zip(za["shape"], za["chunks"]))

@@ -63,9 +63,8 @@ def write_combined_icechunk(out: OutLayout, target: Any, sources: list[str]) -> 
     return str(summary["snapshot"])
 
 
-def vanished(previous: dict[str, Any], sources: list[str]) -> None:
-    """Inputs of the previous run that are gone: the dataset would lose their steps silently."""
-    gone = sorted(set(previous) - set(sources))
+def vanished(gone: list[str]) -> None:
+    """Refuse when inputs of the previous run are gone: the dataset would lose their steps silently."""
     if gone:
         raise RefindexError(f"cannot append: {len(gone)} input(s) of the previous run are gone "
                             f"({', '.join(gone[:5])}); combine anew with force=True / --force to drop them")

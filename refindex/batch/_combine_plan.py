@@ -27,7 +27,7 @@ from ..errors import RefindexError
 from ._combine_checks import check_array, check_names, length_along, missing_steps, refuse
 from ._combine_digest import FileDigest, coordinate_names
 from ._combine_layout import OutLayout, layout
-from ._combine_times import Encoding, as_dates, decode_steps, encode_steps, encoding_of
+from ._combine_times import Encoding, as_dates, decode_steps, encoding_of
 
 
 class Column:

@@ -23,8 +23,6 @@ from .. import urls
 from ..errors import RefindexError
 from ._combine_layout import OutArray, OutLayout
 
-DEFAULT_RECORD_SIZE = 100_000
-
 
 def is_json(output: str) -> bool:
     return output.rstrip("/").lower().endswith(".json")
@@ -136,9 +134,11 @@ def write_parquet_folder(out: OutLayout, folder: str, record_size: int) -> None:
 
 
 def write_combined(out: OutLayout, output: str, storage_options: dict[str, Any] | None,
-                   record_size: int = DEFAULT_RECORD_SIZE) -> None:
+                   record_size: int | None = None) -> None:
     """Write ``out`` at ``output`` (JSON or parquet by its name), whole or not at all."""
-    from ..writers import atomic_folder, dumps, output_error, prepare_destination, write_json
+    from ..writers import DEFAULT_RECORD_SIZE, atomic_folder, dumps, output_error, prepare_destination, write_json
+
+    record_size = record_size or DEFAULT_RECORD_SIZE
 
     protocol, path = urls.split(output)
     if is_json(output):
