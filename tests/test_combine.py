@@ -50,9 +50,10 @@ def write(folder, datasets, encoding=None, names=None):
 
 
 def combined(paths, out, mode="by_coords", concat_dims=("time",), **scan):
+    if mode != "by_coords":
+        scan["combine_mode"] = mode
     report = refindex.run_batch(paths, output=str(out.parent / "indexes"), workers=0, progress=False,
-                                combine=str(out), combine_mode=mode, concat_dims=concat_dims, split_walk=False,
-                                **scan)
+                                combine=str(out), concat_dims=concat_dims, split_walk=False, **scan)
     assert report.combined == str(out)
     return xr.open_zarr(refindex.open(str(out)).store)
 
