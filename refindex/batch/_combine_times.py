@@ -36,6 +36,16 @@ class Encoding:
     kind: str  # "datetime64", "cftime" or "raw" (not a time: ordered by its own numbers)
 
 
+def cf_times() -> Any:
+    """xarray's CF time coding (with cftime for non-standard calendars): what the files' times mean."""
+    try:
+        from xarray.coding import times
+    except ImportError as e:
+        raise RefindexError("combining files along a time coordinate decodes each file's times as xarray does: "
+                            "pip install 'refindex[combine]' (xarray, cftime)") from e
+    return times
+
+
 def encoding_of(attrs: dict[str, Any], dtype: str) -> Encoding:
     units = attrs.get("units")
     is_time = isinstance(units, str) and " since " in units
@@ -50,10 +60,8 @@ def decode_steps(values: np.ndarray, enc: Encoding, source: str, name: str) -> t
             raise RefindexError(f"coordinate {name!r} is neither numbers nor CF times ({values.dtype}): "
                                 "cannot order files by it", file=source)
         return values, enc
-    from xarray.coding.times import decode_cf_datetime
-
     try:
-        dates = decode_cf_datetime(values, enc.units, enc.calendar)
+        dates = cf_times().decode_cf_datetime(values, enc.units, enc.calendar)
     except Exception as e:  # noqa: BLE001 - xarray/cftime raise many kinds
         raise RefindexError(f"coordinate {name!r}: cannot decode with units {enc.units!r}, calendar "
                             f"{enc.calendar!r}: {e}", file=source) from e
@@ -90,8 +98,7 @@ def as_dates(steps: np.ndarray, enc: Encoding) -> np.ndarray:
 
 def encode_steps(steps: np.ndarray, enc: Encoding, name: str) -> tuple[np.ndarray, str]:
     """All steps (in order) as int64 in ``<unit> since <earliest step>``: (values, units)."""
-    from xarray.coding.times import decode_cf_datetime, encode_cf_datetime
-
+    times = cf_times()
     scale = 1 if enc.kind == "datetime64" else 1000  # nanoseconds per step unit of the shared scale
     deltas = (steps - steps[0]) * scale
     step = math.gcd(*(int(d) for d in np.unique(deltas))) if len(deltas) > 1 else UNITS[0][1]
@@ -105,8 +112,8 @@ def encode_steps(steps: np.ndarray, enc: Encoding, name: str) -> tuple[np.ndarra
     else:
         origin = first.isoformat(sep=" ")
     units = f"{unit} since {origin}"
-    values, units, _ = encode_cf_datetime(dates, units, enc.calendar, dtype=np.dtype("int64"))
-    back = np.asarray(decode_cf_datetime(values, units, enc.calendar))
+    values, units, _ = times.encode_cf_datetime(dates, units, enc.calendar, dtype=np.dtype("int64"))
+    back = np.asarray(times.decode_cf_datetime(values, units, enc.calendar))
     if back.shape != dates.shape or not np.all(back == dates):
         raise RefindexError(f"coordinate {name!r}: its steps do not read back equal once encoded in {units!r} "
                             f"(calendar {enc.calendar!r}); refusing to write a coordinate that reads otherwise")
