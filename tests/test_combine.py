@@ -296,6 +296,11 @@ def test_up_to_date_files_are_combined_too(tmp_path):
     assert {r.status for r in again.results} == {"up_to_date"}
     xr.testing.assert_identical(xr.open_zarr(refindex.open(str(tmp_path / "all.parq")).store).load(),
                                 on_files(paths))
+    from refindex.batch import combine_indexes  # the same from a finished batch's report
+
+    assert combine_indexes(again, tmp_path / "later.json") == str(tmp_path / "later.json")
+    xr.testing.assert_identical(xr.open_zarr(refindex.open(str(tmp_path / "later.json")).store).load(),
+                                on_files(paths))
 
 
 def test_s3_inputs_and_combined_outputs(tmp_path):
