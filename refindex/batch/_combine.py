@@ -129,7 +129,8 @@ class Combiner:
             return
         from ._combine_icechunk import vanished
 
-        vanished(sorted(s for s in set(previous) - set(sources) if not exists(s, self.storage_options)))
+        was = {s for s, row in previous.items() if row.get("status") != "failed"}  # only what the dataset held
+        vanished(sorted(s for s in was - set(sources) if not exists(s, self.storage_options)))
 
 
 def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",),
