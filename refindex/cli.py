@@ -382,10 +382,13 @@ def add_batch(sub: Any) -> None:
     b.add_argument("--no-pages", dest="pages", action="store_false",
                    help="indexes without the HDF5 metadata pages (see `refindex scan --no-pages`)")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
-    b.add_argument("--combine", metavar="OUT.json", help="also merge all indexes into one (kerchunk MultiZarrToZarr; "
-                   "netCDF-style datasets split along --concat-dim)")
+    b.add_argument("--combine", metavar="OUT", help="also write one index of all files as one dataset along "
+                   "--concat-dim, as xr.open_mfdataset reads them (OUT.json: JSON; else a parquet folder)")
+    b.add_argument("--combine-mode", choices=["by_coords", "nested"], default="by_coords",
+                   help="order files by their --concat-dim coordinate (default), or in input order (nested)")
     b.add_argument("--concat-dim", action="append", help="dimension to concatenate along (default: time; repeatable)")
-    b.add_argument("--identical-dim", action="append", help="coordinate equal in every file (repeatable)")
+    b.add_argument("--identical-dim", action="append", help="accepted for compatibility: every coordinate "
+                   "without --concat-dim is checked equal in every file anyway")
     b.add_argument("--check", metavar="TEMPLATE.json",
                    help="check every index against a Zarr Object Model template (see `refindex schema`)")
     b.set_defaults(func=cmd_batch)
@@ -398,7 +401,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
                        dask=args.dask_scheduler or ("local" if args.dask else None), force=args.force,
                        format=args.format, storage_options=args.storage_options, progress=not args.no_progress,
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,
-                       concat_dims=args.concat_dim or ["time"], identical_dims=args.identical_dim or [],
+                       combine_mode=args.combine_mode, concat_dims=args.concat_dim or ["time"],
+                       identical_dims=args.identical_dim or [],
                        check=args.check, record_size=args.record_size, convention=args.convention,
                        on_unsupported=args.on_unsupported, portable=args.portable, zarr_format=args.zarr_format,
                        pages=args.pages, branch=args.branch, repository_options=args.repository_options)
@@ -409,8 +413,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
             print(f"check {r.source}: {d['path']}: {d['message']}", file=sys.stderr)
     print(report.summary(), file=sys.stderr)
     if report.combined:
-        print(f"combined index: {report.combined}", file=sys.stderr)
-    if args.format == "icechunk":
+        snapshot = report.extra.get("snapshot")
+        print(f"combined {'dataset' if snapshot else 'index'}: {report.combined}"
+              + (f" (committed {snapshot})" if snapshot else ""), file=sys.stderr)
+    if args.format == "icechunk" and not args.combine:
         extra = report.extra
         said = f"committed {extra['snapshot']}" if extra.get("snapshot") else "nothing committed"
         print(f"{said} to {extra['repository']} (branch {extra['branch']}); containers "

@@ -57,17 +57,15 @@ Parallel
     :mod:`refindex.progress`.
 
 Combining (``combine=PATH``)
-    For netCDF-style datasets split across files (one logical array, cut along a
-    dimension such as time), the per-file JSON indexes are merged into one with
-    kerchunk's ``MultiZarrToZarr`` (``concat_dims``, default ``["time"]``;
-    ``identical_dims`` for coordinates shared by all files).  Limits: JSON indexes only;
-    every input must have been indexed (one failure refuses the combine); arrays need
-    ``_ARRAY_DIMENSIONS`` (netCDF4 / h5netcdf files have them, NWB files do not);
-    chunking must agree across files (kerchunk cannot merge differently chunked
-    pieces) and the combined index is a plain kerchunk index without refindex
-    provenance.  Checked with kerchunk 0.2.10 on zarr 3.4: it works; it runs in a
-    worker process under ``timeout``, so a kerchunk failure or hang becomes a clear
-    :class:`~refindex.errors.RefindexError` instead of a stuck batch.
+    One index of all files as one dataset along ``concat_dims`` (one dimension, default
+    ``time``), meaning what ``xr.open_mfdataset(files, combine="by_coords")`` makes of them
+    (``combine_mode="nested"``: input order): per-file time units decoded and encoded once,
+    grids, encodings and steps checked, anything one zarr array cannot hold refused naming the
+    files (:mod:`refindex.batch._combine`).  It takes each file's result as it arrives; JSON for
+    ``*.json``, parquet references otherwise; with ``format="icechunk"`` one dataset in the
+    repository ``combine``, replaced in one commit per run (only new or changed files scanned:
+    :mod:`refindex.batch._combine_icechunk`).  Needs the files' JSON zarr v2 indexes; one
+    failed input refuses the combine.
 """
 
 from __future__ import annotations
@@ -82,7 +80,7 @@ from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
 from ..progress import ProgressSetting, progress_bar
 from ..writers.icechunk import IcechunkTarget
-from ._combine import combine_indexes
+from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location
 from ._manifest import current_infos, options_fingerprint, plan, read_manifest, write_manifest
@@ -110,6 +108,7 @@ def run_batch(
     combine: str | os.PathLike | None = None,
     concat_dims: Sequence[str] = ("time",),
     identical_dims: Sequence[str] = (),
+    combine_mode: str = "by_coords",
     check: Any = None,
     record_size: int | None = None,
     branch: str = "main",
@@ -123,11 +122,11 @@ def run_batch(
     ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:
     ``"local"``, a scheduler address or a ``distributed.Client``.  ``timeout``: seconds
     per file before its worker is killed (default: ``refindex.options.TIME_LIMIT_POLICY``).  ``manifest``: where to write the
-    manifest.  ``combine``: also write one kerchunk-combined index there.  ``check``: a
+    manifest.  ``combine``: also write one index of all files as one dataset there.  ``check``: a
     ZEP 6 object-model template (dict or JSON path, see :mod:`refindex.read`) every index
     must follow; each row's result is in the manifest's ``check`` column.  Scan options as
     an ``options`` object and/or keywords (e.g. ``convention``, ``on_unsupported``).
-    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (see docs/batch.md).
+    ``format="icechunk"``: ``output`` is a repository, one group per file on ``branch`` (with ``combine``: see docs).
     ``progress``: True (a notebook widget, a terminal bar, or plain lines in a log), ``"auto"``
     (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.
@@ -135,15 +134,14 @@ def run_batch(
     if format not in (*SUFFIX, "icechunk"):
         raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
     scan_options = _batch_options(options, keywords, storage_options, workers, dask)
-    for bad in ("url", "follow_external"):
-        if getattr(scan_options, bad):
-            raise RefindexError(f"{bad} is not supported by batch indexing")
-    if format == "icechunk":
-        target = _icechunk_target(output, combine, branch, repository_options, storage_options)
+    if format == "icechunk" and combine is None:
+        target = _icechunk_target(output, branch, repository_options, storage_options)
         return run_icechunk_batch(inputs, target, scan_options.but(zarr_format=3), workers=workers, dask=dask,
                                   force=force, progress=progress, manifest=manifest, timeout=timeout,
                                   isolate=isolate, check=check)
-    _check_combine(combine, format, scan_options)
+    combiner = _combiner(combine, format, scan_options, concat_dims, combine_mode, storage_options, record_size,
+                         branch, repository_options)
+    format = "json" if format == "icechunk" else format  # noqa: A001 - the files' own indexes: JSON
     t0 = time.perf_counter()
     sources, known = expand_inputs(inputs, storage_options)
     if not sources:
@@ -154,13 +152,15 @@ def run_batch(
     fingerprint = options_fingerprint(format, scan_options, record_size)
     template = _template(check)
     previous = {} if force else read_manifest(manifest_url, storage_options)
+    if combiner is not None:
+        combiner.check_inputs(previous, sources)
     infos = current_infos(sources, known, storage_options)
     rows, jobs = plan(sources, infos, previous, format, out, root, fingerprint, force, storage_options)
     n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
     tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
     collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
-                         _progress(len(tasks), len(sources) - len(tasks), progress))
+                         _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
     try:
         _run(tasks, dask, n_workers, timeout, collect)
     finally:
@@ -169,18 +169,35 @@ def run_batch(
         unsaved = save_manifest(rows, manifest_url, storage_options)
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
-    if combine is not None:
-        report.combined = combine_indexes(report, combine, concat_dims=concat_dims, identical_dims=identical_dims,
-                                          storage_options=storage_options, timeout=timeout)
+    if combiner is not None:
+        report.combined, report.extra["snapshot"] = combiner.finish(), combiner.snapshot
     return report
 
 
-def _check_combine(combine: Any, format: str, scan_options: ScanOptions) -> None:  # noqa: A002
-    """A combined index is kerchunk's MultiZarrToZarr over v2 JSON indexes: refuse anything else up front."""
-    if combine is not None and format != "json":
-        raise RefindexError("--combine needs JSON indexes (format='json')")
-    if combine is not None and scan_options.zarr_format != 2:
-        raise RefindexError("--combine needs zarr v2 indexes (kerchunk's MultiZarrToZarr reads no zarr.json)")
+def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims: Sequence[str],  # noqa: A002
+              mode: str, storage_options: dict[str, Any] | None, record_size: int | None, branch: str,
+              repository_options: dict[str, Any] | None) -> Combiner | None:
+    """The combine that takes each file's result as it arrives (None: no combine), refused up front
+    when the files' indexes will not be zarr v2 JSON.  ``format="icechunk"``: the files are indexed as
+    JSON, the combined dataset goes into the repository ``combine`` (see :mod:`._combine_icechunk`)."""
+    if combine is None:
+        return None
+    if format == "icechunk":
+        if os.fspath(combine).rstrip("/").lower().endswith((".json", ".parq", ".parquet")):
+            raise RefindexError("--combine with --format icechunk names the Icechunk repository to write (a folder "
+                                f"or s3://bucket/prefix), not an index file: {os.fspath(combine)!r}")
+        if scan_options.zarr_format != 2:
+            raise RefindexError("--combine needs zarr v2 indexes of the files (--zarr-format 2)")
+        target = _icechunk_target(combine, branch, repository_options, storage_options)
+        return Combiner(target.repo, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                        icechunk=target)
+    if format != "json":
+        raise RefindexError("--combine needs JSON indexes of the files (format='json'); the combined index "
+                            "itself is parquet unless its name ends in .json")
+    if scan_options.zarr_format != 2:
+        raise RefindexError("--combine needs zarr v2 indexes (--zarr-format 2)")
+    return Combiner(combine, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                    record_size=record_size)
 
 
 def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
@@ -188,6 +205,9 @@ def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_
     """The scan options of every file.  Several scans at once keep the cores busy: none also
     forks a helper for its walk, unless asked to."""
     chosen = options_from(options, keywords).but(storage_options=dict(storage_options or {}))
+    for bad in ("url", "follow_external"):
+        if getattr(chosen, bad):
+            raise RefindexError(f"{bad} is not supported by batch indexing")
     if chosen.split_walk is None and (dask is not None or workers is None or int(workers) > 1):
         return chosen.but(split_walk=False)
     return chosen
@@ -204,14 +224,11 @@ def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, co
         run_local(tasks, min(n_workers, len(tasks)), timeout, collect)
 
 
-def _icechunk_target(output: Any, combine: Any, branch: str, repository_options: dict[str, Any] | None,
+def _icechunk_target(output: Any, branch: str, repository_options: dict[str, Any] | None,
                      storage_options: dict[str, Any] | None) -> IcechunkTarget:
-    """Where an Icechunk batch commits; what cannot go with it refused."""
+    """Where an Icechunk batch commits (the repository: a folder or ``s3://bucket/prefix``)."""
     if output is None:
         raise RefindexError("format='icechunk' needs output= (the repository: a folder or s3://bucket/prefix)")
-    if combine is not None:
-        raise RefindexError("--combine merges JSON indexes with kerchunk; with --format icechunk the files "
-                            "already share one repository (one group each): leave --combine out")
     return IcechunkTarget(urls.normalise(os.fspath(output)), branch=branch,
                           storage_options=repository_options or storage_options,
                           source_options=dict(storage_options or {}))
@@ -323,13 +340,16 @@ class _Collector:
     """Takes each finished row: checks it against the template, puts it in place, moves the bar."""
 
     def __init__(self, rows: list[FileResult | None], position: dict[str, int], template: Any,
-                 storage_options: dict[str, Any] | None, bar: Any, take: Any = None):
+                 storage_options: dict[str, Any] | None, bar: Any, take: Any = None, combine: Any = None):
         self.rows, self.position, self.template = rows, position, template
+        self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
         self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
-        for r in rows:
+        for i, r in enumerate(rows):
             if r is not None:
                 self.check(r)
+                if combine is not None:
+                    combine.add(r, i)
 
     def check(self, r: FileResult) -> None:
         if self.template is None or r.status == "failed":
@@ -348,6 +368,8 @@ class _Collector:
         result = FileResult(**row)
         self.check(result)
         self.rows[self.position[row["source"]]] = result
+        if self.combine is not None:
+            self.combine.add(result, self.position[row["source"]])
         self.failed += row["status"] == "failed"
         if self.bar is not None:
             self.bar.set_postfix(failed=self.failed, refresh=False)
@@ -356,6 +378,8 @@ class _Collector:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+        if self.combine is not None:
+            self.combine.close()  # also when interrupted: no reader thread outlives the batch
 
 
 def _progress(total: int, skipped: int, enabled: ProgressSetting) -> Any:

@@ -1,70 +1,152 @@
-"""One index of many: kerchunk's MultiZarrToZarr over a batch's JSON indexes, under a time limit."""
+"""One dataset of many files, with xarray's meaning: ``refindex batch --combine``.
+
+The combined index opened with xarray's defaults is what ``xr.open_mfdataset(files,
+combine="by_coords")`` (or ``combine="nested", concat_dim=D``) gives over the files, or the
+combine refuses with a :class:`~refindex.errors.RefindexError` naming the files and the
+difference.  It streams: :class:`Combiner` takes each file's result as the batch finishes
+it, keeps numpy columns of its chunks and a few facts about it (:mod:`._combine_plan`), and
+writes the one index at the end (:mod:`._combine_write`): JSON for a ``*.json`` output,
+fsspec's parquet references otherwise.  The pieces: :mod:`._combine_digest` (what is read of
+a file's index), :mod:`._combine_checks` (the refusals), :mod:`._combine_times` (the concat
+coordinate decoded per file and encoded once), :mod:`._combine_layout` (the arrays at the end).
+"""
 
 from __future__ import annotations
 
-import json
 import os
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import urls
 from ..errors import RefindexError
-from ._results import BatchReport
+from ._combine_digest import digest
+from ._combine_plan import Combination
+from ._combine_write import write_combined
+from ._results import BatchReport, FileResult
+
+MODES = ("by_coords", "nested")
+READERS = 8  # threads reading the files' indexes (and coordinate bytes) while the batch runs
+IN_FLIGHT = 64  # digests waiting to join the combination, at most
 
 
-def combine_job(indexes: list[str], output: str, storage_options: dict[str, Any] | None,
-                 concat_dims: list[str], identical_dims: list[str]) -> dict[str, Any]:
-    """Runs in a worker process: kerchunk's MultiZarrToZarr over the per-file indexes."""
+def exists(source: str, storage_options: dict[str, Any] | None) -> bool:
+    fs, path = urls.filesystem(source, storage_options)
     try:
-        from kerchunk.combine import MultiZarrToZarr
-    except ImportError as e:
-        raise RefindexError(f"--combine needs kerchunk ({e})") from e
-    docs = []
-    for idx in indexes:
-        fs, path = urls.filesystem(idx, storage_options)
-        docs.append(json.loads(fs.cat_file(path)))
-    remote = None
-    first = urls.split(docs[0].get("refindex", {}).get("source", {}).get("url", "") or "")[0] if docs else "file"
-    if first != "file":
-        remote = first
-    try:
-        combined = MultiZarrToZarr(docs, concat_dims=list(concat_dims), identical_dims=list(identical_dims),
-                                   remote_protocol=remote, remote_options=storage_options if remote else None
-                                   ).translate()
-    except Exception as e:  # noqa: BLE001 - kerchunk raises anything
-        raise RefindexError(f"kerchunk's MultiZarrToZarr could not combine {len(docs)} indexes "
-                            f"(concat_dims={list(concat_dims)}): {type(e).__name__}: {e}") from e
-    size = _put_json(combined, output, storage_options)
-    return {"keys": len(combined.get("refs", {})), "bytes": size}
+        return bool(fs.exists(path))
+    except Exception:  # noqa: BLE001 - unreachable is not gone: say nothing
+        return True
 
 
-def _put_json(refs: dict[str, Any], index: str, storage_options: dict[str, Any] | None) -> int:
-    from ..writers import dumps, write_json
+def concat_dim_of(concat_dims: Sequence[str]) -> str:
+    dims = list(concat_dims)
+    if len(dims) != 1:
+        raise RefindexError(f"--combine concatenates along one dimension, got {dims}")
+    return dims[0]
 
-    protocol, path = urls.split(index)
-    if protocol == "file":
-        write_json(refs, path)
-        return os.path.getsize(path)
-    data = dumps(refs).encode("utf-8")
-    fs, p = urls.filesystem(index, storage_options)
-    fs.pipe_file(p, data)  # one PUT: the object appears whole or not at all
-    return len(data)
+
+class Combiner:
+    """Takes per-file results as they arrive; :meth:`finish` writes the combined index.
+
+    Each file's index is read in one of a few threads (a remote index or coordinate is a
+    request: several in flight, not one after another), and its digest joins the combination
+    in the caller's thread; at most ``IN_FLIGHT`` digests wait at any time.
+    """
+
+    def __init__(self, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",), mode: str = "by_coords",
+                 storage_options: dict[str, Any] | None = None, record_size: int | None = None,
+                 icechunk: Any = None):
+        if mode not in MODES:
+            raise RefindexError(f"unknown combine mode {mode!r} ({' or '.join(MODES)})")
+        self.output = urls.normalise(os.fspath(output))
+        self.dim = concat_dim_of(concat_dims)
+        self.storage_options, self.record_size = storage_options, record_size
+        self.combination = Combination(self.dim, mode)
+        self.failed: list[str] = []
+        self.error: RefindexError | None = None
+        self.pool: ThreadPoolExecutor | None = None
+        self.pending: deque[tuple[Future, str, int]] = deque()
+        self.icechunk = icechunk  # an IcechunkTarget: the dataset goes into its repository (one commit)
+        self.sources: list[str] = []
+        self.snapshot: str | None = None
+
+    def add(self, result: FileResult, position: int) -> None:
+        """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
+        self.sources.append(result.source)
+        if result.status == "failed":
+            self.failed.append(result.source)
+            return
+        if self.error is not None:
+            return  # refused already: the batch goes on, the combine will not be written
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(READERS, thread_name_prefix="refindex-combine")
+        job = self.pool.submit(digest, result.source, result.index, self.dim, self.storage_options)
+        self.pending.append((job, result.source, position))
+        self.take(wait=len(self.pending) > IN_FLIGHT)
+
+    def take(self, wait: bool) -> None:
+        """Join the digests that are ready (``wait``: the oldest one too, or all when finishing)."""
+        while self.pending and (wait or self.pending[0][0].done()):
+            job, source, position = self.pending.popleft()
+            wait = wait and len(self.pending) > IN_FLIGHT
+            try:
+                if self.error is None:
+                    self.combination.add(job.result(), position)
+            except RefindexError as e:
+                self.error = e
+            except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
+                self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}", file=source)
+
+    def close(self) -> None:
+        """No reader thread outlives the batch (the digests already asked for are finished, and kept)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+            self.pool = None
+
+    def finish(self) -> str:
+        """Write the combined index (or raise why not); returns where."""
+        while self.pending:
+            self.take(wait=True)
+        self.close()
+        if self.failed:
+            raise RefindexError(f"cannot combine: {len(self.failed)} input(s) failed ({', '.join(self.failed[:5])})")
+        if self.error is not None:
+            raise self.error
+        out = self.combination.finish()
+        if self.icechunk is not None:
+            from ._combine_icechunk import write_combined_icechunk
+
+            self.snapshot = write_combined_icechunk(out, self.icechunk, self.sources)
+            return self.output
+        write_combined(out, self.output, self.storage_options, self.record_size)
+        return self.output
+
+    def check_inputs(self, previous: dict[str, Any], sources: list[str]) -> None:
+        """Appending to an Icechunk dataset: an input of the previous run that no longer exists fails the
+        run, naming it (the dataset would lose its steps without a word)."""
+        if self.icechunk is None:
+            return
+        from ._combine_icechunk import vanished
+
+        was = {s for s, row in previous.items() if row.get("status") != "failed"}  # only what the dataset held
+        vanished(sorted(s for s in was - set(sources) if not exists(s, self.storage_options)))
 
 
 def combine_indexes(report: BatchReport, output: str | os.PathLike, *, concat_dims: Sequence[str] = ("time",),
                     identical_dims: Sequence[str] = (), storage_options: dict[str, Any] | None = None,
-                    timeout: float | None = None) -> str:
-    """Merge the batch's JSON indexes into one at ``output`` (kerchunk, under a time limit)."""
-    from ..isolate import DEFAULT_TIMEOUT, Worker
+                    timeout: float | None = None, mode: str = "by_coords", record_size: int | None = None) -> str:
+    """Combine a finished batch's JSON indexes into one at ``output`` (see the module docstring).
 
-    if report.failed:
-        names = ", ".join(r.source for r in report.failed[:5])
-        raise RefindexError(f"cannot combine: {len(report.failed)} input(s) failed ({names})")
-    indexes = [r.index for r in report.results]
-    target = urls.normalise(os.fspath(output))
-    with Worker() as w:
-        w.run(combine_job,
-              dict(indexes=indexes, output=target, storage_options=storage_options, concat_dims=list(concat_dims),
-                   identical_dims=list(identical_dims)),
-              timeout=timeout or DEFAULT_TIMEOUT, label=f"combine -> {target}")
-    return target
+    ``identical_dims`` is accepted for compatibility: every coordinate without the concat
+    dimension is compared across files anyway.  ``timeout`` is unused (no worker runs it).
+    """
+    del identical_dims, timeout
+    c = Combiner(output, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
+                 record_size=record_size)
+    try:
+        for i, r in enumerate(report.results):
+            c.add(r, i)
+        return c.finish()
+    finally:
+        c.close()

@@ -93,7 +93,7 @@ def _write(task: Task) -> dict[str, Any]:
         try:
             fs, remote = urls.filesystem(task.index, task.options.storage_options)
             if task.format == "parquet":
-                _put_folder(fs, local, remote)
+                put_folder(fs, local, remote)
             else:
                 fs.put_file(local, remote)  # one PUT: the object appears whole or not at all
         except Exception as e:
@@ -103,7 +103,7 @@ def _write(task: Task) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _put_folder(fs: Any, local_dir: str, base: str) -> None:
+def put_folder(fs: Any, local_dir: str, base: str) -> None:
     """Upload a parquet index folder: records first, ``.zmetadata`` last, stale records removed."""
     base = base.rstrip("/")
     wanted: set[str] = set()

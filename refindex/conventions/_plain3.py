@@ -41,7 +41,7 @@ def apply_plain3(tree: Tree) -> list[tuple[str, str]]:
         if isinstance(dims, list) and len(dims) == len(node.shape) and all(isinstance(d, str) for d in dims):
             node.dimension_names = list(dims)
         if "_FillValue" in node.attrs:
-            _xarray_fill_attr(node)
+            xarray_fill_attr(node)
     keep_aside(tree)
     return []
 
@@ -51,7 +51,8 @@ def _double_b64(v: Any) -> str:
     return base64.standard_b64encode(struct.pack("<d", x)).decode("ascii")
 
 
-def _xarray_fill_attr(node: ArrayNode) -> None:
+def xarray_fill_attr(node: ArrayNode) -> None:
+    """Rewrite ``_FillValue`` in xarray's v3 encoding (or keep it aside when xarray cannot decode it)."""
     value = node.attrs["_FillValue"]
     if isinstance(value, list) and len(value) == 1:
         value = value[0]

@@ -182,12 +182,23 @@ def metadata_document(tree: Tree, record_size: int) -> dict[str, Any]:
     }
 
 
-def _prepare_destination(out_dir: str) -> None:
+def prepare_destination(out_dir: str) -> None:
     """Refuse to replace anything that is not a parquet index (or an empty folder)."""
     if os.path.isfile(out_dir):
         raise RefindexError("output exists and is a file, not a parquet index folder", file=out_dir)
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, ZMETADATA)):
         raise RefindexError("output folder exists and is not a parquet index; refusing to replace it", file=out_dir)
+
+
+def write_record(table: Any, path: str, compression: str = "zstd") -> None:
+    """One ``refs.N.parq`` file, written the way fsspec's reader (and fastparquet) read it back."""
+    import pyarrow.parquet as pq
+
+    # Statistics (null count 0) on offset/size: without them fastparquet reads them as float64.
+    # Delta encoding: offsets grow by about one chunk size per row, so a few bytes per chunk.
+    pq.write_table(table, path, compression=compression, write_statistics=["offset", "size"],
+                   use_dictionary=["path"],
+                   column_encoding={"offset": "DELTA_BINARY_PACKED", "size": "DELTA_BINARY_PACKED"})
 
 
 def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = DEFAULT_RECORD_SIZE,
@@ -198,14 +209,12 @@ def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = 
     a zarr v3 index passes its own).  Returns a summary: records (files), chunks
     referenced, inline chunks, bytes written.
     """
-    import pyarrow.parquet as pq
-
     if not urls.is_local(os.fspath(out_dir)):
         raise RefindexError("parquet output must be a local folder", file=os.fspath(out_dir))
     out_dir = urls.normalise(os.fspath(out_dir))
     if record_size < 1:
         raise RefindexError(f"record_size must be positive, got {record_size}", file=out_dir)
-    _prepare_destination(out_dir)
+    prepare_destination(out_dir)
     summary = {"records": 0, "chunks_referenced": 0, "inline_chunks": 0, "bytes": 0}
     with atomic_folder(out_dir) as tmp:
         for path in sorted(tree.arrays):
@@ -216,11 +225,7 @@ def write_parquet(tree: Tree, out_dir: str | os.PathLike, *, record_size: int = 
             folder = os.path.join(tmp, *field.split("/"))
             os.makedirs(folder, exist_ok=True)
             for rec, table in array_records(node, tree.url, record_size):
-                # Statistics (null count 0) on offset/size: without them fastparquet reads them as float64.
-                # Delta encoding: offsets grow by about one chunk size per row, so a few bytes per chunk.
-                pq.write_table(table, os.path.join(folder, f"refs.{rec}.parq"), compression=compression,
-                               write_statistics=["offset", "size"], use_dictionary=["path"],
-                               column_encoding={"offset": "DELTA_BINARY_PACKED", "size": "DELTA_BINARY_PACKED"})
+                write_record(table, os.path.join(folder, f"refs.{rec}.parq"), compression)
                 summary["records"] += 1
             summary["chunks_referenced"] += len(node.refs) if node.refs is not None else 0
             summary["inline_chunks"] += len(node.inline)

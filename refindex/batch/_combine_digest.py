@@ -1,0 +1,194 @@
+"""What the combine keeps of one file's index: metadata, chunk columns, the values it must compare.
+
+A digest is made from the file's JSON index as soon as the file is done and is small: the
+root attributes and each root array's ``.zarray``/``.zattrs``, its chunks as numpy columns
+(grid position, file number in the digest's URL table or -1 for bytes held inline, offset,
+size) with inline bytes in one buffer, the concat coordinate's stored values, and a hash of
+the values of every other coordinate (to check that files claimed to share a grid do).
+Values are read the way zarr reads a v2 array (numcodecs, compressor then filters), from the
+index's inline bytes or the source's byte ranges.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import urls
+from ..errors import RefindexError
+
+
+@dataclass
+class ChunkColumns:
+    """The chunks of one array in one file."""
+
+    coords: np.ndarray  # (n, ndim) int64 grid positions (a scalar's one chunk: ndim 0)
+    url: np.ndarray  # int32 into FileDigest.urls; -1: inline, offset/size into FileDigest.inline
+    offset: np.ndarray  # int64
+    size: np.ndarray  # int64
+
+
+@dataclass
+class FileDigest:
+    source: str
+    attrs: dict[str, Any]
+    zarrays: dict[str, dict[str, Any]]
+    zattrs: dict[str, dict[str, Any]]
+    chunks: dict[str, ChunkColumns]
+    urls: list[str]
+    inline: bytes
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # the concat coordinate's stored numbers
+    hashes: dict[str, str] = field(default_factory=dict)  # other coordinates: hash of their values
+
+    def dims(self, name: str) -> list[str]:
+        return list(self.zattrs[name].get("_ARRAY_DIMENSIONS") or [])
+
+
+def coordinate_names(zattrs: dict[str, dict[str, Any]], root_attrs: dict[str, Any]) -> set[str]:
+    """What xarray makes coordinates: dimension coordinates and names in ``coordinates`` attributes."""
+    out = {n for n, a in zattrs.items() if list(a.get("_ARRAY_DIMENSIONS") or []) == [n]}
+    for attrs in [root_attrs, *zattrs.values()]:
+        text = attrs.get("coordinates")
+        if isinstance(text, str):
+            out.update(n for n in text.split() if n in zattrs)
+    return out
+
+
+def load_index(index: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    fs, path = urls.filesystem(index, storage_options)
+    try:
+        doc = json.loads(fs.cat_file(path))
+    except Exception as e:  # noqa: BLE001 - a missing or damaged index: say which
+        raise RefindexError(f"cannot read the index to combine it: {type(e).__name__}: {e}", file=index) from e
+    if not isinstance(doc, dict) or "refs" not in doc:
+        raise RefindexError("not a JSON reference index (no 'refs')", file=index)
+    return doc
+
+
+def metadata_of(refs: dict[str, Any]) -> dict[str, Any]:
+    """Every metadata document of the index, from ``.zmetadata`` or the keys themselves."""
+    if ".zmetadata" in refs:
+        return dict(json.loads(refs[".zmetadata"])["metadata"])
+    return {k: json.loads(v) for k, v in refs.items() if k.rsplit("/", 1)[-1] in (".zarray", ".zattrs", ".zgroup")}
+
+
+def digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None) -> FileDigest:
+    """The digest of ``source``'s index at ``index`` for a combine along ``dim``."""
+    from ..read._urlcheck import expand_url
+
+    doc = load_index(index, storage_options)
+    refs, templates = doc["refs"], doc.get("templates") or {}
+    meta = metadata_of(refs)
+    if "zarr.json" in refs or ".zgroup" not in meta:
+        raise RefindexError("combining needs zarr v2 indexes (a .zgroup at the root)", file=index)
+    zarrays = {k[:-8]: v for k, v in meta.items() if k.endswith("/.zarray") and "/" not in k[:-8]}
+    zattrs = {n: meta.get(n + "/.zattrs", {}) for n in zarrays}
+    d = FileDigest(source, dict(meta.get(".zattrs", {})), zarrays, zattrs, {}, [], b"")
+    rows: dict[str, list[tuple[tuple[int, ...], Any]]] = {n: [] for n in zarrays}
+    for key, value in refs.items():
+        name, _, chunk = key.rpartition("/")
+        if name in rows and not chunk.startswith("."):
+            rows[name].append((tuple(int(c) for c in chunk.split(".")) if zarrays[name]["shape"] else (), value))
+    url_ids: dict[str, int] = {}
+    blob = bytearray()
+    for name, items in rows.items():
+        d.chunks[name] = chunk_columns(items, len(zarrays[name]["shape"]), url_ids, blob,
+                                       lambda u: expand_url(u, templates))
+    d.urls, d.inline = list(url_ids), bytes(blob)
+    coords = coordinate_names(zattrs, d.attrs)
+    for name in sorted(coords):
+        if dim in d.dims(name):
+            if name == dim:
+                d.values[name] = array_values(d, name, storage_options)
+        else:
+            d.hashes[name] = values_hash(array_values(d, name, storage_options))
+    return d
+
+
+def chunk_columns(items: list[tuple[tuple[int, ...], Any]], ndim: int, url_ids: dict[str, int], blob: bytearray,
+                  expand: Any) -> ChunkColumns:
+    n = len(items)
+    coords = np.zeros((n, ndim), dtype=np.int64)
+    url = np.zeros(n, dtype=np.int32)
+    offset = np.zeros(n, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    for i, (pos, value) in enumerate(items):
+        coords[i] = pos
+        if isinstance(value, str):
+            data = base64.standard_b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
+            url[i], offset[i], size[i] = -1, len(blob), len(data)
+            blob += data
+        elif isinstance(value, list) and len(value) == 3:
+            url[i] = url_ids.setdefault(expand(str(value[0])), len(url_ids))
+            offset[i], size[i] = int(value[1]), int(value[2])
+        else:
+            raise RefindexError(f"a chunk reference the combine cannot take: {str(value)[:80]}")
+    return ChunkColumns(coords, url, offset, size)
+
+
+def array_values(d: FileDigest, name: str, storage_options: dict[str, Any] | None) -> np.ndarray:
+    """The stored (not decoded) values of array ``name``, as zarr reads them."""
+    import numcodecs
+
+    from ..codecs import register_codecs, register_stock_codecs
+
+    register_codecs()
+    register_stock_codecs()
+    za = d.zarrays[name]
+    shape, chunks, dtype = tuple(za["shape"]), tuple(za["chunks"]), np.dtype(descr(za["dtype"]))
+    out = np.full(shape, fill_of(za, dtype), dtype=dtype)
+    cols = d.chunks[name]
+    pieces = fetch(d, cols, storage_options)
+    codecs = [numcodecs.get_codec(c) for c in reversed(za.get("filters") or [])]
+    compressor = numcodecs.get_codec(za["compressor"]) if za.get("compressor") else None
+    for pos, data in zip(cols.coords.tolist(), pieces):
+        buf: Any = compressor.decode(data) if compressor is not None else data
+        for codec in codecs:
+            buf = codec.decode(buf)
+        arr = np.frombuffer(buf, dtype=dtype) if not isinstance(buf, np.ndarray) else buf
+        arr = arr.reshape(chunks or ())
+        where = tuple(slice(p * c, min((p + 1) * c, s)) for p, c, s in zip(pos, chunks, shape))
+        out[where] = arr[tuple(slice(0, w.stop - w.start) for w in where)]
+    return out
+
+
+def fetch(d: FileDigest, cols: ChunkColumns, storage_options: dict[str, Any] | None) -> list[bytes]:
+    """The stored bytes of each chunk in ``cols``: inline ones from the digest, others in one batch per file."""
+    out: list[bytes] = [b""] * len(cols.url)
+    for u in set(cols.url.tolist()) - {-1}:
+        rows = np.flatnonzero(cols.url == u)
+        fs, path = urls.filesystem(d.urls[u], storage_options)
+        starts = cols.offset[rows].tolist()
+        ends = (cols.offset[rows] + cols.size[rows]).tolist()
+        for r, data in zip(rows.tolist(), fs.cat_ranges([path] * len(rows), starts, ends)):
+            out[r] = bytes(data)
+    for r in np.flatnonzero(cols.url == -1).tolist():
+        out[r] = d.inline[int(cols.offset[r]):int(cols.offset[r] + cols.size[r])]
+    return out
+
+
+def descr(dtype: Any) -> Any:
+    return [tuple(f) for f in dtype] if isinstance(dtype, list) else dtype
+
+
+def fill_of(za: dict[str, Any], dtype: np.dtype) -> Any:
+    fill = za.get("fill_value")
+    if fill is None:
+        return 0 if dtype.kind != "O" else None
+    if isinstance(fill, str) and dtype.kind == "f":
+        return float(fill)  # "NaN", "Infinity"
+    if isinstance(fill, str) and dtype.kind in "SV":
+        return base64.standard_b64decode(fill)
+    return fill
+
+
+def values_hash(values: np.ndarray) -> str:
+    h = hashlib.sha256(f"{values.dtype.str}{values.shape}".encode())
+    h.update(str(values.tolist()).encode() if values.dtype.kind == "O" else np.ascontiguousarray(values).tobytes())
+    return h.hexdigest()
+
