@@ -35,8 +35,8 @@ MiB = 1 << 20
 OUT = Path(__file__).resolve().parent / "out" / "p10"
 COLS = 32
 WINDOWS = {  # dataset -> (rows per chunk, chunks in the dataset, first chunk of the window, chunks read)
-    "small": (256, 1600, 400, 800),
-    "big": (2496, 160, 40, 80),
+    "small": (256, 4000, 800, 800),  # 64 MB after the window: room for a read-ahead to overshoot
+    "big": (2496, 400, 80, 80),
 }
 ARCHIVE_HOST = "http://archive.invalid/"  # replaced by the store's URL in each run
 NLAT, NLON, ACHUNK = 90, 180, (1, 45, 90)
