@@ -152,6 +152,27 @@ def test_a_window_of_many_chunks_is_fetched_in_one_round_trip_of_few_requests(h5
     assert 1 < stats.requests <= 8 and len(gets) == stats.requests, stats.as_dict()  # 2.5 MB: in parts
 
 
+def test_a_scan_in_steps_is_read_ahead_by_one_step(h5path):
+    """``for i in ...: a[i:i + step]``: once two steps followed each other, each step's chunks come with the
+    step before it (no round trip of its own); where the scan ends, one step at most was fetched unread."""
+    data = (np.arange(256 * 100 * 8) % 3001).astype("i2").reshape(-1, 8)
+    with h5py.File(h5path, "w") as f:
+        d = f.create_dataset("x", data.shape, "i2", chunks=(256, 8))
+        for i in range(0, len(data), 256):
+            d[i:i + 256] = data[i:i + 256]
+    root = refindex.open(scan(h5path), check_source=False)
+    stats = root.store.stats
+    assert_same_values(data[50 * 256:60 * 256], root["x"][50 * 256:60 * 256])  # one read: nothing guessed
+    assert len(stats.keys) == 10
+    trips = []
+    for i in range(0, 40 * 256, 5 * 256):
+        before = stats.round_trips
+        assert_same_values(data[i:i + 5 * 256], root["x"][i:i + 5 * 256])
+        trips.append(stats.round_trips - before)
+    assert trips == [1, 1, 0, 0, 0, 0, 0, 0], trips
+    assert len(stats.keys) == 10 + 40 + 5  # the step after the last, fetched and not read
+
+
 def test_index_store_reports_missing_source(h5path, tmp_path):
     with h5py.File(h5path, "w") as f:
         f["x"] = np.arange(100_000, dtype="f8")

@@ -30,6 +30,7 @@ from zarr.core.buffer import Buffer, BufferPrototype
 
 from ..errors import SourceError
 from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, split_ranges, whole_file
+from ._scan_ahead import ScanAhead
 from ._urlcheck import expand_url
 
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
@@ -100,6 +101,9 @@ class IndexStore(Store):
         self._turns = 0
         self._ahead: dict[str, asyncio.Future] = {}
         self._asked: set[str] = set()  # read-ahead keys a get() waits for
+        self._scan = ScanAhead(self.inline)
+        self._turn_keys: list[str] = []  # referenced keys asked for since the last flush
+        self._guessed: set[str] = set()  # keys fetched ahead along a scan, not asked for yet
         self.stats = FetchStats()
         raise_zarr_concurrency()
 
@@ -146,6 +150,9 @@ class IndexStore(Store):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
                   ) -> Buffer | None:
         data = self.inline(key)
+        if data is None and key in self._refs:
+            self._turn_keys.append(key)
+            self._schedule_flush()
         if data is None and key in self._ahead:
             self._asked.add(key)  # bytes not in yet: hand them out as they come, not recoded
             data = await _taken(self._ahead.pop(key))
@@ -256,12 +263,15 @@ class IndexStore(Store):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         self._pending.setdefault(url, []).append((offset, offset + size, key, fut))
+        self._schedule_flush()
+        return await fut
+
+    def _schedule_flush(self) -> None:
         self._queued += 1
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._turns = 0
-            loop.call_soon(self._flush, self._queued)
-        return await fut
+            asyncio.get_running_loop().call_soon(self._flush, self._queued)
 
     def _flush(self, seen: int) -> None:
         """Fetch what is queued once a turn of the loop queued nothing more (zarr's gets of one
@@ -273,9 +283,30 @@ class IndexStore(Store):
         self._flush_scheduled = False
         self._queued = 0
         pending, self._pending = self._pending, {}
+        asked, self._turn_keys = self._turn_keys, []
         if pending:
             self.stats.round_trips += 1
         for url, items in pending.items():
+            asyncio.ensure_future(self._fetch_merged(url, items))
+        self._scan_ahead(asked)
+
+    def _scan_ahead(self, asked: list[str]) -> None:
+        """Fetch, beside this selection's chunks, those the next step of a scan will ask for
+        (:mod:`refindex.read._scan_ahead`); guesses of the step before that were not taken are dropped."""
+        for key in self._guessed.difference(asked):
+            self._ahead.pop(key, None)
+        loop = asyncio.get_running_loop()
+        guesses: dict[str, list[tuple[int, int, str, asyncio.Future]]] = {}
+        for key in self._scan.after(asked):
+            ref = self.reference(key)
+            if key in self._ahead or ref is None or not ref[2]:
+                continue
+            fut = loop.create_future()
+            fut.add_done_callback(_retrieved)
+            self._ahead[key] = fut
+            guesses.setdefault(ref[0], []).append((ref[1], ref[1] + ref[2], key, fut))
+        self._guessed = {key for items in guesses.values() for *_, key, _ in items}
+        for url, items in guesses.items():
             asyncio.ensure_future(self._fetch_merged(url, items))
 
     async def _fetch_merged(self, url: str, items: list[tuple[int, int, str, asyncio.Future]]) -> None:
