@@ -38,14 +38,14 @@ from ._chunks import ChunkMap, ChunkRun
 from ._served import PageMap
 
 # bytes fetched ahead beside an array's first chunk read: libhdf5 decodes gzip chunks at ~150 MB/s
-# and the next window takes a round trip and its transfer (~60 ms on the latency store); 8 MiB here
-# overshot a 12.8 MB read by 8 MiB (issue 44), so the window grows with what is read (AHEAD_SHARE)
-FIRST_AHEAD = 4 << 20
+# and the next window takes a round trip and its transfer (~60 ms on the latency store): 4 MiB left
+# libhdf5 waiting in P3's read; 8 MiB overshot a 12.8 MB read by 8 MiB (issue 44's bound: 1.5x)
+FIRST_AHEAD = 6 << 20
 MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 # ... and up to this share of what libhdf5 read of the array so far: where its reads stop (the end of a
 # selection, which the file object cannot see), what was fetched and not read stays under half of what
 # was (issue 44: a window of 12.8 MB fetched 38 MB while the window doubled to 32 MiB)
-AHEAD_SHARE = 0.4
+AHEAD_SHARE = 0.45
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
@@ -160,8 +160,8 @@ class ReadAhead:
         lane.read += int(run.sizes[k])
         scheduled = int(run.sizes[k + lane.stride: lane.frontier: lane.stride].sum())
         ahead = lane.ahead()
-        if scheduled < ahead // 2:
-            self._schedule(run, lane, ahead - scheduled)  # topped up to the window, not a window beyond
+        if scheduled < ahead * 3 // 4:  # topped up often (the pipe stays full), to the window, not beyond it
+            self._schedule(run, lane, ahead - scheduled)
 
     def _schedule(self, run: ChunkRun, lane: _Lane, budget: int) -> None:
         """Start fetching the next ``budget`` bytes of chunks, from ``lane.frontier`` on."""
