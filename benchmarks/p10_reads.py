@@ -356,7 +356,12 @@ def _row(label: str, r: dict[str, Any], needed: int | None) -> list[Any]:
             (r.get("error", "") or runs).splitlines()[0][:160] if (r.get("error") or runs) else ""]
 
 
-def run(files: int, latency: float, bandwidth: float, timeout: float, repeat: int, readers: list[str] | None) -> str:
+BEFORE_READERS = {"refindex_zarr", "road", "docs_before", "open_zarr_nodask"}  # also run on --before's code
+BEFORE = "@before"
+
+
+def run(files: int, latency: float, bandwidth: float, timeout: float, repeat: int, readers: list[str] | None,
+        before: str | None = None) -> str:
     import refindex
 
     path = window_file()
@@ -385,6 +390,9 @@ def run(files: int, latency: float, bandwidth: float, timeout: float, repeat: in
                 if readers and reader not in readers:
                     continue
                 jobs[(name, reader)] = (me, "window", [reader, targets[reader], name, store.counts_url])
+                if before and reader in BEFORE_READERS:
+                    jobs[(name, reader + BEFORE)] = (os.path.join(before, "benchmarks", "p10_reads.py"), "window",
+                                                     [reader, targets[reader], name, store.counts_url])
         series_index = None
         if combined is not None:
             series_index = combined.parent / "combined.refs.json"
@@ -393,19 +401,39 @@ def run(files: int, latency: float, bandwidth: float, timeout: float, repeat: in
                 if readers and reader not in readers:
                     continue
                 jobs[("series", reader)] = (me, "series", [reader, str(series_index), store.counts_url])
+                if before and reader in BEFORE_READERS:
+                    jobs[("series", reader + BEFORE)] = (os.path.join(before, "benchmarks", "p10_reads.py"), "series",
+                                                         [reader, str(series_index), store.counts_url])
 
         def measure(key: Any, script: str, child: str, args: list[str]) -> dict[str, Any]:
-            r = run_child(script, child, args, timeout)
+            old = os.environ.get("PYTHONPATH")
+            if key[1].endswith(BEFORE):  # that checkout's refindex, imported first
+                os.environ["PYTHONPATH"] = before
+            try:
+                r = run_child(script, child, args, timeout)
+            finally:
+                if key[1].endswith(BEFORE):
+                    os.environ.pop("PYTHONPATH", None) if old is None else os.environ.__setitem__("PYTHONPATH", old)
             truth = series_truth if key[0] == "series" else truths[key[0]]
             if r.get("status") == "ok" and r.get("digest") != truth:
                 r["status"], r["error"] = "WRONG", "values differ from a local h5py read"
             return r
 
         res = run_repeated(jobs, repeat, timeout, measure, medians=("requests", "bytes"))
-    return report(res, files, repeat, latency, bandwidth)
+    return report(res, files, repeat, latency, bandwidth, before)
 
 
-def report(res: dict[Any, dict[str, Any]], files: int, repeat: int, latency: float, bandwidth: float) -> str:
+def _labels(table: dict[str, str], before: str | None) -> dict[str, str]:
+    out = {}
+    for k, label in table.items():
+        out[k] = label
+        if before and k in BEFORE_READERS:
+            out[k + BEFORE] = f"{label}, the code before (`{os.path.basename(before.rstrip('/'))}`)"
+    return out
+
+
+def report(res: dict[Any, dict[str, Any]], files: int, repeat: int, latency: float, bandwidth: float,
+           before: str | None = None) -> str:
     head = ["reader", "status", "read s", "requests", "MB fetched", "x needed", "runs"]
     txt = [f"### P10 reads after the open (issue 44): loopback store, {latency * 1000:.0f} ms/request, "
            f"{bandwidth / 1e6:.0f} MB/s per connection", "",
@@ -415,12 +443,13 @@ def report(res: dict[Any, dict[str, Any]], files: int, repeat: int, latency: flo
         needed = rows * COLS * 2 * count
         txt += [f"**{count} chunks of {rows * COLS * 2 // 1024} KiB** (`{name}[{first * rows}:{(first + count) * rows}]`, "
                 f"{needed / 1e6:.1f} MB)", "",
-                table(head, [_row(label, res[(name, k)], needed) for k, label in WINDOW_READERS.items()
+                table(head, [_row(label, res[(name, k)], needed) for k, label in _labels(WINDOW_READERS, before).items()
                              if (name, k) in res]), ""]
-    series = {k: res[("series", k)] for k in SERIES_READERS if ("series", k) in res}
+    series_labels = _labels(SERIES_READERS, before)
+    series = {k: res[("series", k)] for k in series_labels if ("series", k) in res}
     if series:
         txt += [f"**{files} daily files in one index**, `ds.tas[:, {POINT[0]}, {POINT[1]}]` (one chunk per file)", "",
-                table(head, [_row(SERIES_READERS[k], r, None) for k, r in series.items()]), ""]
+                table(head, [_row(series_labels[k], r, None) for k, r in series.items()]), ""]
     txt += goals(res)
     return "\n".join(txt + [""])
 
@@ -468,9 +497,12 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--bandwidth-mbs", type=float, default=50.0)
     p.add_argument("--timeout", type=float, default=180)
     p.add_argument("--readers", nargs="*", help="only these readers (keys of WINDOW_READERS/SERIES_READERS)")
+    p.add_argument("--before", help="a checkout of refindex (with this script in its benchmarks/) whose code also "
+                                    "runs the refindex readers, interleaved with this one's: before/after in one run")
     a = p.parse_args(argv)
     t0 = time.perf_counter()
-    text = run(a.files, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout, a.repeat, a.readers)
+    text = run(a.files, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout, a.repeat, a.readers,
+               os.path.abspath(a.before) if a.before else None)
     print(text)
     print(f"(P10 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return text

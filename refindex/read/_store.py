@@ -402,7 +402,13 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
             fs = fsspec.filesystem(protocol, asynchronous=True, **opts)
             filesystems[protocol] = fs
         target = url if protocol in ("http", "https") else fs._strip_protocol(url)
-        datas = await fs._cat_ranges([target] * len(spans), [a for a, _ in spans], [b for _, b in spans])
+        if len(spans) == 1:  # (one range: fsspec's own call for it, without _cat_ranges' batching around it)
+            try:
+                datas = [await fs._cat_file(target, start=spans[0][0], end=spans[0][1])]
+            except Exception as e:  # noqa: BLE001 - raised below, as _cat_ranges returns failures
+                datas = [e]
+        else:
+            datas = await fs._cat_ranges([target] * len(spans), [a for a, _ in spans], [b for _, b in spans])
         out = []
         for (a, b), d in zip(spans, datas):
             if isinstance(d, BaseException):
