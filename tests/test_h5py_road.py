@@ -377,6 +377,25 @@ def test_chunks_above_a_part_read_as_the_file_does(tmp_path):
             assert stats(f).from_ahead >= 9
 
 
+def test_a_window_read_fetches_at_most_half_again_what_it_reads(tmp_path):
+    """A window of 800 chunks in the middle of a long dataset: the read-ahead, which cannot see where the
+    selection ends, fetches at most 1.5x the window's bytes (issue 44: 38 MB for 12.8 MB)."""
+    path = tmp_path / "long.h5"
+    rows = 256
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", (rows * 2400, 32), "i2", chunks=(rows, 32))  # 16 KiB chunks, in order
+        for i in range(2400):
+            d[i * rows:(i + 1) * rows] = i
+    with webserver.serve() as server:
+        url = server.put("long.h5", path.read_bytes())
+        with refindex.h5py_file(refindex.scan(url), check_source=False) as f:
+            before = stats(f).fetch.bytes_fetched
+            got = f["x"][400 * rows:1200 * rows]
+            fetched = stats(f).fetch.bytes_fetched - before
+    np.testing.assert_array_equal(got[::rows, 0], np.arange(400, 1200))
+    assert fetched <= 1.5 * got.nbytes, (fetched, got.nbytes)
+
+
 def test_on_the_fly_the_file_opens_at_once_and_its_index_is_cached_beside(site, tmp_path):
     """The open reads the bytes the scan's prefetch fetched; the index, made by a child from them, is the
     one a scan makes, and the next open takes it from the cache."""

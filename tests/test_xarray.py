@@ -2,8 +2,8 @@
 h5netcdf shows on the HDF5 file: dimensions, coordinates, variables, dtypes, attributes, masks, values
 (``tests/xrcompare.py``; never ``decode_cf=False``, which hides exactly what users meet).
 
-* Every corpus file h5netcdf opens, every group of it h5netcdf opens, through the v2 JSON index and
-  the kerchunk route (``"reference://"``, ``engine="zarr"``); the netCDF files also through the v3
+* Every corpus file h5netcdf opens, every group of it h5netcdf opens, through the v2 JSON index, by
+  the kerchunk route (``"reference://"``, ``engine="zarr"``) and by ``engine="refindex"``; the netCDF files also through the v3
   index, refindex's VirtualiZarr parser and an Icechunk repository.  One scan makes the v2, v3 and
   Icechunk indexes of a file.  What JSON and zarr cannot hold (complex attribute values, compound
   layouts, ragged data...) is named per file in :data:`ACCEPTED`, by kind: any other difference fails.
@@ -37,7 +37,7 @@ from corpus import CORPUS, MISSING, manifest_rows, sampled  # noqa: E402
 xr = pytest.importorskip("xarray")
 pytest.importorskip("h5netcdf")
 import xrcompare  # noqa: E402
-from xrcompare import differences, h5netcdf_groups, load_whole, open_file, open_reference  # noqa: E402
+from xrcompare import differences, h5netcdf_groups, load_whole, open_engine, open_file, open_reference  # noqa: E402
 
 ROWS = [r for r in manifest_rows() if not r["notes"].startswith("NOT HDF5")]
 NO_CORPUS = pytest.mark.skipif(not ROWS, reason=MISSING)
@@ -192,6 +192,8 @@ def test_corpus_file_in_xarray_as_in_h5netcdf(row, tmp_path, monkeypatch):
         t2 = pipeline.prepare_tree(copy.deepcopy(scanned) if is_netcdf(row) else scanned, opts)
         refs2 = json.loads(json.dumps(writers.to_refs(t2), allow_nan=True))
         found = route_differences("v2", lambda g: open_reference(refs2, g), wants)
+        # the documented road (issue 44): engine="refindex", refindex's own store under xarray's zarr backend
+        found += route_differences("engine", lambda g: open_engine(refs2, g), wants)
         if is_netcdf(row):
             t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
             refs3 = json.loads(json.dumps(writers.v3.to_refs(t3), allow_nan=True))
@@ -401,3 +403,30 @@ def test_concat_along_the_unlimited_dimension_through_virtualizarr(tmp_path):
                          data_vars="minimal")
         assert not differences(want, got)
         assert got["count"].values.tolist() == [0, 1, 2, 10, 11, 12] and got["count"].dtype == np.int32
+
+
+def test_engine_refindex_is_h5netcdfs_view_with_dask_tasks_of_many_chunks(tmp_path):
+    """``xr.open_dataset(..., engine="refindex")`` on the HDF5 file (indexed on the fly) and on its index
+    shows what h5netcdf shows; with ``chunks={}`` a dask task groups many zarr chunks (not one task per
+    chunk), and a point across the series is read in one round trip of the store (issue 44)."""
+    import webserver
+
+    path = tmp_path / "series.nc"
+    rng = np.random.default_rng(44)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xr.Dataset({"tas": (("time", "lat", "lon"), rng.random((60, 30, 40), dtype="f4"), {"units": "K"})},
+                   coords={"time": np.arange(60), "lat": np.linspace(-60, 60, 30)}).to_netcdf(
+            path, engine="h5netcdf", encoding={"tas": {"chunksizes": (1, 15, 20)}})
+        want = load_whole(open_file(path))
+        assert differences(want, load_whole(xr.open_dataset(path, engine="refindex", cache=False))) == []
+        with webserver.serve() as server:
+            url = server.put("series.nc", path.read_bytes())
+            refs = refindex.scan(url)
+            assert differences(want, load_whole(open_engine(refs))) == []
+            ds = xr.open_dataset(refs, engine="refindex", chunks={}, check_source=False)
+            assert ds.tas.data.npartitions < 60 * 4 / 8, ds.tas.chunks  # tasks of many 15x20 chunks
+            before = len(server.requests)
+            np.testing.assert_array_equal(ds.tas[:, 20, 30].values, want.tas[:, 20, 30].values)
+            gets = [r for r in server.requests[before:] if r[0] == "GET"]
+    assert 0 < len(gets) <= 4, gets  # every needed chunk of the task at once, merged (one per step without)

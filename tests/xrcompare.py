@@ -102,6 +102,13 @@ def open_reference(refs: Any, group: str | None = None, **storage: Any) -> Any:
                            backend_kwargs={"storage_options": {"fo": refs, **storage}})
 
 
+def open_engine(refs: Any, group: str | None = None, **options: Any) -> Any:
+    """xarray over an index through refindex's backend (``engine="refindex"``), default decoding."""
+    import xarray as xr
+
+    return xr.open_dataset(refs, engine="refindex", group=group, check_source=False, **options)
+
+
 def h5netcdf_groups(path: Any) -> list[str]:
     """"/" and every group below it, as h5netcdf walks them (groups it cannot open are left out)."""
     import h5netcdf

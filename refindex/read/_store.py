@@ -5,8 +5,15 @@ zarr user does, and what the tests check), but every key goes through the refere
 filesystem's machinery and every referenced chunk is its own request.  This store
 serves metadata and inline values straight from the index in memory, and collects
 the byte ranges zarr asks for in one turn of the event loop: ranges of the same file
-that lie close together are read as one request, the rest concurrently.  It counts
-what it fetched, so tests and benchmarks can see which keys touched the network.
+that lie close together are read as one request, a large span in parts side by side on
+several connections (an object store serves each connection at a bounded rate), the rest
+concurrently.  It counts what it fetched, so tests and benchmarks can see which keys
+touched the network.
+
+zarr asks a store for a selection's chunks key by key, at most ``async.concurrency`` at
+a time (zarr's default, 10, makes a window of 800 chunks 80 round trips): a store made
+here raises that setting to :data:`READ_CONCURRENCY` (never lowers it), so the keys of a
+selection arrive together and are fetched in one round trip.
 """
 
 from __future__ import annotations
@@ -23,10 +30,22 @@ from zarr.core.buffer import Buffer, BufferPrototype
 
 from ..errors import SourceError
 from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, split_ranges, whole_file
+from ._scan_ahead import ScanAhead
 from ._urlcheck import expand_url
 
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
 MERGE_SPAN = 32 << 20
+READ_CONCURRENCY = 4096  # zarr's async.concurrency while refindex reads: a selection's keys arrive together
+GATHER_TURNS = 8  # loop turns a batch may wait for keys still arriving (zarr hands them out a turn or two apart)
+CONNECTIONS = 256  # HTTP connections (and S3 pool connections) a reader keeps to one host, unless told otherwise
+
+
+def raise_zarr_concurrency(at_least: int = READ_CONCURRENCY) -> None:
+    """Let zarr ask for up to ``at_least`` keys at once (its ``async.concurrency``; a higher setting is kept)."""
+    import zarr
+
+    if int(zarr.config.get("async.concurrency") or 0) < at_least:
+        zarr.config.set({"async.concurrency": at_least})
 
 
 @dataclass
@@ -78,9 +97,15 @@ class IndexStore(Store):
         self._sorted_keys: list[str] | None = None
         self._pending: dict[str, list[tuple[int, int, str, asyncio.Future]]] = {}
         self._flush_scheduled = False
+        self._queued = 0  # ranges queued for the next flush (a turn that adds none ends the wait)
+        self._turns = 0
         self._ahead: dict[str, asyncio.Future] = {}
         self._asked: set[str] = set()  # read-ahead keys a get() waits for
+        self._scan = ScanAhead(self.inline)
+        self._turn_keys: list[str] = []  # referenced keys asked for since the last flush
+        self._guessed: set[str] = set()  # keys fetched ahead along a scan, not asked for yet
         self.stats = FetchStats()
+        raise_zarr_concurrency()
 
     def __str__(self) -> str:
         return self._label
@@ -125,6 +150,9 @@ class IndexStore(Store):
     async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None
                   ) -> Buffer | None:
         data = self.inline(key)
+        if data is None and key in self._refs:
+            self._turn_keys.append(key)
+            self._schedule_flush()
         if data is None and key in self._ahead:
             self._asked.add(key)  # bytes not in yet: hand them out as they come, not recoded
             data = await _taken(self._ahead.pop(key))
@@ -235,17 +263,50 @@ class IndexStore(Store):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future = loop.create_future()
         self._pending.setdefault(url, []).append((offset, offset + size, key, fut))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
+        self._schedule_flush()
         return await fut
 
-    def _flush(self) -> None:
+    def _schedule_flush(self) -> None:
+        self._queued += 1
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._turns = 0
+            asyncio.get_running_loop().call_soon(self._flush, self._queued)
+
+    def _flush(self, seen: int) -> None:
+        """Fetch what is queued once a turn of the loop queued nothing more (zarr's gets of one
+        selection start a turn or two apart), waiting at most :data:`GATHER_TURNS` turns."""
+        self._turns += 1
+        if self._queued != seen and self._turns < GATHER_TURNS:
+            asyncio.get_running_loop().call_soon(self._flush, self._queued)
+            return
         self._flush_scheduled = False
+        self._queued = 0
         pending, self._pending = self._pending, {}
+        asked, self._turn_keys = self._turn_keys, []
         if pending:
             self.stats.round_trips += 1
         for url, items in pending.items():
+            asyncio.ensure_future(self._fetch_merged(url, items))
+        self._scan_ahead(asked)
+
+    def _scan_ahead(self, asked: list[str]) -> None:
+        """Fetch, beside this selection's chunks, those the next step of a scan will ask for
+        (:mod:`refindex.read._scan_ahead`); guesses of the step before that were not taken are dropped."""
+        for key in self._guessed.difference(asked):
+            self._ahead.pop(key, None)
+        loop = asyncio.get_running_loop()
+        guesses: dict[str, list[tuple[int, int, str, asyncio.Future]]] = {}
+        for key in self._scan.after(asked):
+            ref = self.reference(key)
+            if key in self._ahead or ref is None or not ref[2]:
+                continue
+            fut = loop.create_future()
+            fut.add_done_callback(_retrieved)
+            self._ahead[key] = fut
+            guesses.setdefault(ref[0], []).append((ref[1], ref[1] + ref[2], key, fut))
+        self._guessed = {key for items in guesses.values() for *_, key, _ in items}
+        for url, items in guesses.items():
             asyncio.ensure_future(self._fetch_merged(url, items))
 
     async def _fetch_merged(self, url: str, items: list[tuple[int, int, str, asyncio.Future]]) -> None:
@@ -337,11 +398,17 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
             return [wholes[url][a:b] for a, b in spans]
         fs = filesystems.get(protocol)
         if fs is None:
-            opts = {**(remote_options or {}), **((protocol_options or {}).get(protocol) or {})}
+            opts = with_connections(protocol, {**(remote_options or {}), **((protocol_options or {}).get(protocol) or {})})
             fs = fsspec.filesystem(protocol, asynchronous=True, **opts)
             filesystems[protocol] = fs
         target = url if protocol in ("http", "https") else fs._strip_protocol(url)
-        datas = await fs._cat_ranges([target] * len(spans), [a for a, _ in spans], [b for _, b in spans])
+        if len(spans) == 1:  # (one range: fsspec's own call for it, without _cat_ranges' batching around it)
+            try:
+                datas = [await fs._cat_file(target, start=spans[0][0], end=spans[0][1])]
+            except Exception as e:  # noqa: BLE001 - raised below, as _cat_ranges returns failures
+                datas = [e]
+        else:
+            datas = await fs._cat_ranges([target] * len(spans), [a for a, _ in spans], [b for _, b in spans])
         out = []
         for (a, b), d in zip(spans, datas):
             if isinstance(d, BaseException):
@@ -352,3 +419,23 @@ def fsspec_range_reader(remote_options: Mapping[str, Any] | None = None,
         return out
 
     return read
+
+
+async def _many_connections(**kwargs: Any) -> Any:
+    """fsspec's HTTP client with :data:`CONNECTIONS` connections (aiohttp's default is 100)."""
+    import aiohttp
+
+    kwargs.setdefault("connector", aiohttp.TCPConnector(limit=CONNECTIONS))
+    return aiohttp.ClientSession(**kwargs)
+
+
+def with_connections(protocol: str | None, opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` for an async filesystem of ``protocol`` that keeps many requests in flight, unless they say otherwise:
+    a selection's chunks in many files (an archive combined into one index) are one request each."""
+    if protocol in ("http", "https") and "get_client" not in opts and "connector" not in opts.get("client_kwargs", {}):
+        return {**opts, "get_client": _many_connections}
+    if protocol in ("s3", "s3a"):
+        config = dict(opts.get("config_kwargs") or {})
+        config.setdefault("max_pool_connections", CONNECTIONS)
+        return {**opts, "config_kwargs": config}
+    return opts

@@ -38,10 +38,14 @@ from ._chunks import ChunkMap, ChunkRun
 from ._served import PageMap
 
 # bytes fetched ahead beside an array's first chunk read: libhdf5 decodes gzip chunks at ~150 MB/s
-# and the next window takes a round trip and its transfer (~60 ms on the latency store): with
-# 4 MiB it waited ~15 ms for the second window in the middle of P3's read
-FIRST_AHEAD = 8 << 20
+# and the next window takes a round trip and its transfer (~60 ms on the latency store): 4 MiB left
+# libhdf5 waiting in P3's read; 8 MiB overshot a 12.8 MB read by 8 MiB (issue 44's bound: 1.5x)
+FIRST_AHEAD = 6 << 20
 MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
+# ... and up to this share of what libhdf5 read of the array so far: where its reads stop (the end of a
+# selection, which the file object cannot see), what was fetched and not read stays under half of what
+# was (issue 44: a window of 12.8 MB fetched 38 MB while the window doubled to 32 MiB)
+AHEAD_SHARE = 0.45
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
@@ -78,6 +82,11 @@ class _Lane:
     stride: int = 1
     frontier: int = 0  # the next chunk not scheduled yet
     window: int = FIRST_AHEAD
+    read: int = 0  # bytes of the array's chunks libhdf5 has read
+
+    def ahead(self) -> int:
+        """Bytes to hold fetched ahead of the reads: the window, at most AHEAD_SHARE of what was read."""
+        return min(self.window, max(FIRST_AHEAD, int(self.read * AHEAD_SHARE)))
 
 
 class ReadAhead:
@@ -104,9 +113,10 @@ class ReadAhead:
         run, k = found
         lane = self.lanes.setdefault(run.path, _Lane())
         self._step(lane, k)
+        lane.read += int(run.sizes[k])
         lane.frontier = k + lane.stride
         own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)
-        self._schedule(run, lane)
+        self._schedule(run, lane, lane.ahead())
         return own.result()[0][: end - start]
 
     def _buffered(self, start: int, end: int) -> tuple[bytes | memoryview, str, int] | None:
@@ -147,17 +157,19 @@ class ReadAhead:
         if lane is None or run is None:
             return
         self._step(lane, k)
+        lane.read += int(run.sizes[k])
         scheduled = int(run.sizes[k + lane.stride: lane.frontier: lane.stride].sum())
-        if scheduled < lane.window // 2:
-            self._schedule(run, lane)
+        ahead = lane.ahead()
+        if scheduled < ahead * 3 // 4:  # topped up often (the pipe stays full), to the window, not beyond it
+            self._schedule(run, lane, ahead - scheduled)
 
-    def _schedule(self, run: ChunkRun, lane: _Lane) -> None:
-        """Start fetching the next ``lane.window`` bytes of chunks, from ``lane.frontier`` on."""
+    def _schedule(self, run: ChunkRun, lane: _Lane, budget: int) -> None:
+        """Start fetching the next ``budget`` bytes of chunks, from ``lane.frontier`` on."""
         n = len(run.offsets)
         picks: list[int] = []
         total = 0
         k = lane.frontier
-        while 0 <= k < n and total < lane.window and self.held + total < BUFFER_MAX:
+        while 0 <= k < n and total < budget and self.held + total < BUFFER_MAX:
             if int(run.offsets[k]) not in self.buffers:
                 picks.append(k)
                 total += int(run.sizes[k])
