@@ -73,10 +73,13 @@ def test_errors_are_one_line_with_exit_2(tmp_path, capsys):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_demo_runs_and_reads_back(tmp_path, capsys, monkeypatch):
+def test_demo_runs_and_reads_back(tmp_path):
     """The demo writes the files the documentation's examples run on, and ends saying how to run
-    ``refindex`` (after ``make demo`` it is in .venv/bin, not on the PATH: ``refindex: command not found``)."""
+    ``refindex`` (after ``make demo`` it is in .venv/bin, not on the PATH: ``refindex: command not found``).
+    Run as ``make demo`` runs it: a fresh interpreter in the clone (in this one, namespaces other tests
+    loaded into pynwb would be cached in the NWB file it writes)."""
     import os
+    import subprocess
     import sys
 
     import docfiles
@@ -84,17 +87,19 @@ def test_demo_runs_and_reads_back(tmp_path, capsys, monkeypatch):
     pytest.importorskip("pynwb")
     pytest.importorskip("netCDF4")
     bin_dir = os.path.dirname(sys.executable)
-    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                               if os.path.realpath(p) != os.path.realpath(bin_dir)))
-    monkeypatch.chdir(os.path.dirname(os.path.dirname(bin_dir)))  # where `make demo` runs: the clone, .venv in it
-    assert main(["demo", "--dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    clone = os.path.dirname(os.path.dirname(bin_dir))  # where `make demo` runs: the clone, .venv in it
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if os.path.realpath(p) != os.path.realpath(bin_dir))
+    run = subprocess.run([sys.executable, "-m", "refindex", "demo", "--dir", str(tmp_path)], cwd=clone,
+                         env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=300)
+    out = run.stdout
+    assert run.returncode == 0, run.stderr
     assert "verify: 42 datasets: 42 exact" in out and "verify: 5 datasets: 5 exact" in out
     assert "verify: 2 datasets: 2 exact" in out
     assert "pynwb: session 'refindex documentation session', acquisition ['ElectricalSeries'], 3 units" in out
     assert "mean tas 284.94 K (1 missing), time 2000-01-01 .. 2000-01-06" in out
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".refs.json")) == sorted(docfiles.FILES)
-    venv = os.path.relpath(bin_dir)  # .venv/bin
+    venv = os.path.relpath(bin_dir, clone)  # .venv/bin
     assert out.splitlines()[-1] == (f"the command line: {venv}/refindex --help (it is not on your PATH; after "
                                     f"`source {venv}/activate` it is `refindex`)")
 
