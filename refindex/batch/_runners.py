@@ -11,7 +11,9 @@ index itself, so it needs access to both.
 
 from __future__ import annotations
 
+import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -19,10 +21,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from ..errors import RefindexError
+from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
 from ..isolate import Worker
 from ..options import time_limit_of
-from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one
+from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one, marked
 
 OnResult = Callable[[dict[str, Any]], None]
 
@@ -38,8 +40,9 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
     """``workers`` threads, each driving one isolated worker process, a group of files at a time
     (:func:`group_tasks`: remote files several at once, their round trips overlapped; local ones alone).
 
-    A group whose worker crashes or overruns the group's time limit is run again a file at a time,
-    each under its own limit: the file that crashed libhdf5 or hung is the only failed row."""
+    A group whose worker crashes, or overruns while one file has run past its own limit, makes that
+    file (the group notes which it scans, :func:`~refindex.batch._task.marked`) a failed row; the
+    files before it run again alone (their rows died with the worker), those after it as a group."""
     pool: queue.SimpleQueue[Worker] = queue.SimpleQueue()
     groups = group_tasks(tasks, workers, in_flight)
     all_workers = [Worker() for _ in range(min(workers, len(groups)))]
@@ -56,15 +59,32 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
     def run(group: list[Task]) -> list[dict[str, Any]]:
         w = pool.get()
         try:
-            if len(group) == 1:
-                return [alone(w, group[0])]
-            try:
-                return w.run(index_group, {"tasks": group}, timeout=timeout or group_time_limit(group),
-                             label=f"{len(group)} files from {group[0].source}")
-            except RefindexError:  # one of them crashed libhdf5 or hung: find which, a file at a time
-                return [alone(w, t) for t in group]
+            return run_group(w, group)
         finally:
             pool.put(w)
+
+    def run_group(w: Worker, group: list[Task]) -> list[dict[str, Any]]:
+        if len(group) <= 1:
+            return [alone(w, t) for t in group]
+        fd, mark = tempfile.mkstemp(prefix="refindex-group-")
+        os.close(fd)
+        try:
+            return w.run(index_group, {"tasks": group, "mark": mark}, timeout=group_time_limit(group, timeout),
+                         label=f"{len(group)} files from {group[0].source}")
+        except RefindexError as e:  # a file crashed libhdf5 or hung: the mark says which
+            failure, at = e, marked(mark)
+        finally:
+            os.unlink(mark)
+        if at is None or not isinstance(failure, (WorkerCrashed, WorkerTimeout)):
+            return [alone(w, t) for t in group]  # before any scan, or not the worker's death: each file alone
+        i, ran = at
+        culprit = group[i]
+        before = [alone(w, t) for t in group[:i]]  # their rows died with the worker
+        if isinstance(failure, WorkerTimeout) and ran < (timeout or time_limit_of(culprit.source)):
+            row = alone(w, culprit)  # a slow group, not yet a file past its own limit: alone, it tells
+        else:
+            row = failed_row(culprit, type(failure)(failure.reason, file=culprit.source), ran)
+        return before + [row] + run_group(w, group[i + 1:])
 
     ex = ThreadPoolExecutor(max_workers=len(all_workers), thread_name_prefix="refindex-batch")
     futures = [ex.submit(run, g) for g in groups]

@@ -68,7 +68,7 @@ def index_one(task: Task) -> dict[str, Any]:
                       index_bytes=summary.get("bytes")).as_dict()
 
 
-def index_group(tasks: list[Task]) -> list[dict[str, Any]]:
+def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, Any]]:
     """Several remote inputs (:func:`group_tasks`): the first round trip of every scan (info, head and
     tail) asked at once, then the scans one after another, each taking its answer instead of waiting
     for its own.  Latency-bound work then does not hold a process: a worker waits one round trip per
@@ -77,7 +77,8 @@ def index_group(tasks: list[Task]) -> list[dict[str, Any]]:
 
     Isolated tasks (Dask with ``isolate``) run as one group in one subprocess; when it crashes or
     overruns the time limit of its slowest file, each of its files is run again alone, so only the
-    culprit becomes a failed row."""
+    culprit becomes a failed row.  ``mark``: a file where the position of the file being scanned and
+    when it started are noted (:func:`marked`), so a worker that dies names its culprit at once."""
     if not tasks:
         return []
     if tasks[0].isolate:
@@ -93,7 +94,13 @@ def index_group(tasks: list[Task]) -> list[dict[str, Any]]:
 
     drops = [scan_ahead(t.source, t.options.storage_options, t.options.cache) for t in tasks]
     try:
-        return [index_one(t) for t in tasks]
+        rows = []
+        for i, t in enumerate(tasks):
+            if mark is not None:
+                with open(mark, "w") as fh:
+                    fh.write(f"{i} {time.time()}")
+            rows.append(index_one(t))
+        return rows
     finally:
         for drop in drops:
             if drop is not None:
@@ -109,11 +116,22 @@ def group_tasks(tasks: list[Task], workers: int, in_flight: int = 1) -> list[lis
     return [remote[i:i + size] for i in range(0, len(remote), size)] + [[t] for t in alone]
 
 
-def group_time_limit(tasks: list[Task]) -> float:
-    """A group's time limit: its slowest file's (files of a group are alike; past it, each file runs alone)."""
+def marked(mark: str) -> tuple[int, float] | None:
+    """(position, seconds it has run) of the file a group was scanning, from its ``mark``; None before the first."""
+    try:
+        with open(mark) as fh:
+            at, started = fh.read().split()
+        return int(at), time.time() - float(started)
+    except (OSError, ValueError):
+        return None
+
+
+def group_time_limit(tasks: list[Task], timeout: float | None = None) -> float:
+    """A group's time limit: its slowest file's, and a quarter more for the worker's start and the group's
+    first round trip, so a file that hangs has run past its own limit when the group is stopped."""
     from ..options import time_limit_of
 
-    return max(t.timeout or time_limit_of(t.source) for t in tasks)
+    return 1.25 * max(timeout or t.timeout or time_limit_of(t.source) for t in tasks)
 
 
 def _scan_for_icechunk(task: Task, t0: float) -> dict[str, Any]:
