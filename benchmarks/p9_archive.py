@@ -109,6 +109,13 @@ def _children_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its finished children: on a shared machine a steadier
+    measure of the work than wall time (the latency store, in the parent, is not in it)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2)
+
+
 def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[str, Any]:
     """``refindex batch`` over the inputs (a list file): ``mode`` json / one-at-a-time / combine / parquet / dask."""
     import refindex  # noqa: F401 - imported before the clock starts, as the CLI would be
@@ -129,8 +136,9 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
     report, sec = timed(lambda: run_batch("@" + inputs, **kw))
     after = _counts(counts_url)
     n = len(report.results)
-    return {"seconds": sec, "files": n, "failed": len(report.failed), "requests": after["requests"] - before["requests"],
-            "workers_mb": _children_rss_mb(), "combined": report.combined}
+    return {"seconds": sec, "files": n, "failed": len(report.failed),
+            "requests": after["requests"] - before["requests"],
+            "workers_mb": _children_rss_mb(), "combined": report.combined, "cpu": _cpu_seconds()}
 
 
 def _kerchunk_one(url: str) -> dict[str, Any]:
@@ -164,7 +172,7 @@ def child_kerchunk(inputs: str, out: str, counts_url: str) -> dict[str, Any]:
         fh.write(ujson.dumps(combined))
     return {"seconds": per_file, "with_combine": time.perf_counter() - t0, "files": len(urls_),
             "requests": after["requests"] - before["requests"], "workers_mb": _children_rss_mb(),
-            "combined": os.path.join(out, "combined.json")}
+            "combined": os.path.join(out, "combined.json"), "cpu": _cpu_seconds()}
 
 
 def _vz_one(args: tuple[str, str]) -> int:
@@ -203,7 +211,7 @@ def child_vz(inputs: str, out: str, counts_url: str, parser_name: str) -> dict[s
     sec = time.perf_counter() - t0
     after = _counts(counts_url)
     return {"seconds": sec, "files": len(done), "requests": after["requests"] - before["requests"],
-            "workers_mb": _children_rss_mb()}
+            "workers_mb": _children_rss_mb(), "cpu": _cpu_seconds()}
 
 
 def child_identical(combined: str, files_list: str, remote_protocol: str) -> dict[str, Any]:
@@ -290,7 +298,7 @@ def measure(jobs: dict[str, tuple[str, list[str], str | None]], repeat: dict[str
             out_[name] = bad[0]
             continue
         merged = dict(rs[-1])
-        for key in ("seconds", "requests", "with_combine"):
+        for key in ("seconds", "requests", "with_combine", "cpu"):
             if all(key in r for r in rs):
                 merged[key] = median([r[key] for r in rs])
         merged["runs"] = [round(r["seconds"], 1) for r in rs]
@@ -319,7 +327,7 @@ def goals(res: dict[str, dict[str, Any]], baseline: bool) -> list[list[Any]]:
         return r.get("seconds") if r.get("status") == "ok" else None
 
     ours, dask = sec("refindex batch (JSON)"), sec("refindex batch on Dask LocalCluster (2)")
-    before = sec("refindex batch, baseline tree") if baseline else sec("refindex batch, a file at a time (--in-flight 1)")
+    before = sec("refindex batch, baseline tree" if baseline else "refindex batch, a file at a time (--in-flight 1)")
     rows = []
     for label, theirs, want in (("kerchunk", sec("kerchunk Pool(2) + MultiZarrToZarr"), 3.0),
                                 ("VirtualiZarr HDFParser", sec("VirtualiZarr HDFParser, ProcessPool(2)"), 6.0),
@@ -351,16 +359,19 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
         sec = r.get("seconds") if ok else None
         rows.append([name, fmt(sec) if ok else r.get("status"), f"{n / sec * 3600:,.0f}" if sec else "–",
                      fmt(r["requests"] / n) if ok and "local" not in name else "–", fmt(r.get("peak_rss_mb")),
-                     fmt(r.get("workers_mb")), r.get("identical", "–"),
+                     fmt(r.get("workers_mb")), fmt(r.get("cpu")), r.get("identical", "–"),
                      " ".join(str(x) for x in r.get("runs", [])) or r.get("error", "")])
     return "\n".join([
         f"### P9 archive: {n:,} daily CF files of {size / 1000:.0f} KB (4 chunks each) on the latency store "
         f"({latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
-        f"{repeat} fresh processes per tool ({slow_repeat} for HDFParser), interleaved, median; 2 workers / pools of 2; "
+        f"{repeat} fresh processes per tool ({slow_repeat} for HDFParser), interleaved, median; "
+        "2 workers / pools of 2; "
         "identical: the last run's combined dataset against `xr.open_mfdataset(files, engine=\"h5netcdf\", "
         "combine=\"by_coords\")`; peak RSS: the measuring process (refindex's coordinator), workers: the largest "
-        "child process.", "",
-        table(["tool", "seconds", "files/hour", "requests/file", "peak RSS MB", "workers MB", "identical", "runs"],
+        "child process; CPU s: user + system time of the process and its children (Dask's worker processes and "
+        "the kerchunk combine's are not all counted).", "",
+        table(["tool", "seconds", "files/hour", "requests/file", "peak RSS MB", "workers MB", "CPU s", "identical",
+               "runs"],
               rows), "",
         "Goals of issue #43 item 4 (same run):", "",
         table(["goal", "runner", "ratio", "verdict"], goals(res, baseline is not None)), ""])

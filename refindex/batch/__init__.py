@@ -47,11 +47,12 @@ Parallel
     before they are scanned one after another: waiting on the store then does not hold the
     worker, one round trip per group instead of one per file.  A file that crashes
     libhdf5 (segfault) or hangs past ``timeout`` seconds kills only its worker: that
-    file is recorded as failed (the other files of its group run again, alone) ("libhdf5 crashed (signal 11 ...)" / "timed out") and a
-    fresh worker takes the next file.  ``workers=0`` runs in this process (debugging).
+    file is recorded as failed ("libhdf5 crashed (signal 11 ...)" / "timed out"; the group notes
+    which file it scans, the others run again) and a fresh worker takes the next file.
+    ``workers=0`` runs in this process (debugging).
     Dask: ``dask="tcp://scheduler:8786"``, ``dask="local"`` (a LocalCluster of
-    ``workers`` processes) or a ``distributed.Client`` runs the same task
-    (:func:`index_one`) on the cluster; only URLs and small result rows travel, each
+    ``workers`` processes) or a ``distributed.Client`` runs the same tasks (a group of
+    remote files is one task, a local file another) on the cluster; only URLs and small result rows travel, each
     worker reads its source and writes its index itself (so workers need access to
     both, and the output must be storage they all see: an object store or a shared
     disk).  With dask, ``isolate=True`` additionally runs each scan in a subprocess.

@@ -176,7 +176,8 @@ def scan_ahead(url: str, storage_options: dict[str, Any] | None, cache: CacheOpt
         return None  # the scan reports it
     if not _suffix_ranges(fs):
         return None
-    return put_ahead((fs, path, tuple(spans)), retried_in_thread("refindex-ahead", info_with_ranges, fs, path, spans))
+    future = retried_in_thread("refindex-ahead", info_with_ranges, fs, path, spans)
+    return put_ahead((fs, path, tuple(spans)), future)
 
 
 def one_round_trip(fs: Any) -> bool:
