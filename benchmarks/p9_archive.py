@@ -6,7 +6,8 @@ about 67 KB each, served by the latency store (30 ms per request, 50 MB/s per co
 
 Tools, each in fresh processes, interleaved, medians (2 cores: pools of 2 as the issue ran them):
 - refindex batch (JSON per file; ``--in-flight 1``: a file at a time as before issue #43; with
-  ``--combine``; on a Dask LocalCluster of 2; the same files from local disk); with ``--baseline
+  ``--combine``; on a running Dask LocalCluster of 2, its start-up reported beside; the same files
+  from local disk); with ``--baseline
   TREE`` also the refindex of another source tree (``git archive <commit> refindex | tar -x -C TREE``)
 - kerchunk: ``SingleHdf5ToZarr`` in a ``Pool(2)`` (fsspec http, ``cache_type="first"``), then
   ``MultiZarrToZarr`` (``concat_dims=["time"]``, its default ``coo_map``)
@@ -130,11 +131,24 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
         kw["combine"] = os.path.join(out, "combined.json")
     if mode == "parquet":
         kw.update(combine=os.path.join(out, "combined.parq"), format="parquet")
-    if mode == "dask":
-        kw.update(dask="local")
+    cluster = None
+    if mode == "dask":  # a cluster that runs already, as a user's does; its start-up reported beside
+        from distributed import Client, LocalCluster
+
+        t0 = time.perf_counter()
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+        kw.update(dask=Client(cluster))
+        kw["dask"].wait_for_workers(2)
+        started = time.perf_counter() - t0
     before = _counts(counts_url)
     report, sec = timed(lambda: run_batch("@" + inputs, **kw))
     after = _counts(counts_url)
+    if cluster is not None:
+        kw["dask"].close()
+        cluster.close()
+        return {"seconds": sec, "cluster_start": round(started, 2), "files": len(report.results),
+                "failed": len(report.failed), "requests": after["requests"] - before["requests"],
+                "workers_mb": _children_rss_mb(), "cpu": _cpu_seconds()}
     n = len(report.results)
     return {"seconds": sec, "files": n, "failed": len(report.failed),
             "requests": after["requests"] - before["requests"],
@@ -261,7 +275,7 @@ def tool_jobs(inputs: str, local_inputs: str, counts_url: str, baseline: str | N
                                                              None),
         "refindex batch --combine (JSON)": ("refindex", [inputs, "{out}", counts_url, "combine"], None),
         "refindex batch --format parquet --combine": ("refindex", [inputs, "{out}", counts_url, "parquet"], None),
-        "refindex batch on Dask LocalCluster (2)": ("refindex", [inputs, "{out}", counts_url, "dask"], None),
+        "refindex batch on a running Dask LocalCluster (2)": ("refindex", [inputs, "{out}", counts_url, "dask"], None),
         "refindex batch, local disk": ("refindex", [local_inputs, "{out}", "", "json"], None),
         "kerchunk Pool(2) + MultiZarrToZarr": ("kerchunk", [inputs, "{out}", counts_url], None),
         "VirtualiZarr HDFParser, ProcessPool(2)": ("vz", [inputs, "{out}", counts_url, "HDFParser"], None),
@@ -298,7 +312,7 @@ def measure(jobs: dict[str, tuple[str, list[str], str | None]], repeat: dict[str
             out_[name] = bad[0]
             continue
         merged = dict(rs[-1])
-        for key in ("seconds", "requests", "with_combine", "cpu"):
+        for key in ("seconds", "requests", "with_combine", "cpu", "cluster_start"):
             if all(key in r for r in rs):
                 merged[key] = median([r[key] for r in rs])
         merged["runs"] = [round(r["seconds"], 1) for r in rs]
@@ -326,7 +340,7 @@ def goals(res: dict[str, dict[str, Any]], baseline: bool) -> list[list[Any]]:
         r = res.get(name) or {}
         return r.get("seconds") if r.get("status") == "ok" else None
 
-    ours, dask = sec("refindex batch (JSON)"), sec("refindex batch on Dask LocalCluster (2)")
+    ours, dask = sec("refindex batch (JSON)"), sec("refindex batch on a running Dask LocalCluster (2)")
     before = sec("refindex batch, baseline tree" if baseline else "refindex batch, a file at a time (--in-flight 1)")
     rows = []
     for label, theirs, want in (("kerchunk", sec("kerchunk Pool(2) + MultiZarrToZarr"), 3.0),
@@ -341,7 +355,7 @@ def goals(res: dict[str, dict[str, Any]], baseline: bool) -> list[list[Any]]:
 
 
 def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwidth: float, timeout: float,
-                   baseline: str | None) -> str:
+                   baseline: str | None, only: list[str] | None = None) -> str:
     from latency_store import LatencyStore
 
     folder, names = archive(n)
@@ -351,6 +365,8 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
         inputs = files_list([store.url(x) for x in names])
         local_inputs = files_list(local)
         jobs = tool_jobs(inputs, local_inputs, store.counts_url, baseline)
+        if only:
+            jobs = {name: job for name, job in jobs.items() if any(w.lower() in name.lower() for w in only)}
         times = {name: (slow_repeat if "HDFParser" in name else repeat) for name in jobs}
         res = measure(jobs, times, timeout, local, "http")
     rows = []
@@ -360,7 +376,9 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
         rows.append([name, fmt(sec) if ok else r.get("status"), f"{n / sec * 3600:,.0f}" if sec else "–",
                      fmt(r["requests"] / n) if ok and "local" not in name else "–", fmt(r.get("peak_rss_mb")),
                      fmt(r.get("workers_mb")), fmt(r.get("cpu")), r.get("identical", "–"),
-                     " ".join(str(x) for x in r.get("runs", [])) or r.get("error", "")])
+                     (" ".join(str(x) for x in r.get("runs", [])) or r.get("error", ""))
+                     + (f" (cluster start-up {r['cluster_start']:.1f} s, not counted)"
+                        if r.get("cluster_start") else "")])
     return "\n".join([
         f"### P9 archive: {n:,} daily CF files of {size / 1000:.0f} KB (4 chunks each) on the latency store "
         f"({latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
@@ -406,12 +424,13 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--bandwidth-mbs", type=float, default=50.0)
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--baseline", help="a refindex source tree to compare with (its parent folder holds refindex/)")
+    p.add_argument("--only", default="", help="comma-separated words: only the tools whose name holds one")
     p.add_argument("--curve", default="", help="file counts for the combine's memory curve, e.g. 1000,10000")
     a = p.parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
     parts = [remote_section(a.files, a.repeat, a.slow_repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout,
-                            a.baseline)]
+                            a.baseline, [w for w in a.only.split(",") if w])]
     if a.curve:
         parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
     text = "\n".join(parts)
