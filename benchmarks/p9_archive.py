@@ -111,8 +111,14 @@ def _children_rss_mb() -> float:
 
 
 def _cpu_seconds() -> float:
-    """CPU time (user + system) of this process and its finished children: on a shared machine a steadier
-    measure of the work than wall time (the latency store, in the parent, is not in it)."""
+    """CPU time (user + system) of this process and its children: on a shared machine a steadier measure of
+    the work than wall time (the latency store, in the parent, is not in it).  Children still exiting (a
+    batch's workers end when their pipe closes) are waited for first, or their time would be missing."""
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2)
 
