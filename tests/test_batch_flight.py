@@ -56,6 +56,7 @@ class _AllAsked:
         self.names, self.limit, self.asked = set(names), limit, set()
         self.cond = threading.Condition()
         self.all_at_once = False
+        self.late = False  # a file's ranges waited out the limit: not all were in flight together
 
     def gate(self, name: str) -> "_Gate":
         return _Gate(self, name)
@@ -72,7 +73,9 @@ class _Gate:
             if s.asked >= s.names:
                 s.all_at_once = True
                 s.cond.notify_all()
-            return s.cond.wait_for(lambda: s.all_at_once, min(timeout or s.limit, s.limit))
+            ok = s.cond.wait_for(lambda: s.all_at_once, min(timeout or s.limit, s.limit))
+            s.late = s.late or not ok
+            return ok
 
 
 def _serve_archive(server, archive: dict[str, bytes], names: list[str]) -> list[str]:
@@ -95,7 +98,7 @@ def test_files_in_flight_write_the_indexes_of_a_file_at_a_time_scan(archive, tmp
             server.held[(n, 0)] = gate.gate(n)
         grouped = run_batch(urls_, output=tmp_path / "grouped", manifest=tmp_path / "g.jsonl", workers=1,
                             in_flight=N_FILES, progress=False, timeout=60)
-        assert gate.all_at_once
+        assert gate.all_at_once and not gate.late
         server.held.clear()
         single = run_batch(urls_, output=tmp_path / "single", manifest=tmp_path / "s.jsonl", workers=0,
                            in_flight=1, progress=False)
@@ -141,8 +144,8 @@ def test_dask_local_cluster_runs_the_groups(archive, tmp_path):
         with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
                                       dashboard_address=None) as cluster, distributed.Client(cluster) as client:
             report = run_batch(urls_, output=tmp_path / "dask", manifest=tmp_path / "d.jsonl", dask=client,
-                               in_flight=N_FILES, progress=False)
-        assert gate.all_at_once
+                               workers=1, in_flight=N_FILES, progress=False)
+        assert gate.all_at_once and not gate.late
         server.held.clear()
         single = run_batch(urls_, output=tmp_path / "single", manifest=tmp_path / "s.jsonl", workers=0,
                            in_flight=1, progress=False)
