@@ -110,15 +110,30 @@ def _children_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
+def _children() -> list[int]:
+    """Pids of this process's children (Linux)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as fh:
+                out += [int(x) for x in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
 def _cpu_seconds() -> float:
     """CPU time (user + system) of this process and its children: on a shared machine a steadier measure of
     the work than wall time (the latency store, in the parent, is not in it).  Children still exiting (a
     batch's workers end when their pipe closes) are waited for first, or their time would be missing."""
-    while True:
+    for pid in _children():
         try:
-            os.wait()
-        except ChildProcessError:
-            break
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"resource_tracker" in fh.read():  # multiprocessing's: it ends with this process
+                    continue
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            continue
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2)
 
