@@ -1,4 +1,4 @@
-"""Run P1-P8 and P10 at the sizes of their issues and write benchmarks/RESULTS.md and its charts (``make bench``).
+"""Run P1-P10 at the sizes of their issues and write benchmarks/RESULTS.md and its charts (``make bench``).
 
 ``--small`` runs each at its small default instead (a quick smoke run).  The charts (one PNG per
 P-table, peers as a multiple of refindex: benchmarks/charts.py) go to ``charts/`` beside the results.
@@ -22,6 +22,7 @@ import p5_startup  # noqa: E402
 import p6_icechunk  # noqa: E402
 import p7_virtualizarr  # noqa: E402
 import p8_scale  # noqa: E402
+import p9_archive  # noqa: E402
 import p10_reads  # noqa: E402
 from charts import write_charts  # noqa: E402
 from common import machine, versions  # noqa: E402
@@ -48,6 +49,8 @@ def main() -> None:
         p7_virtualizarr.main(["--repeat", "1", "--datasets", "200", "--rows", "200"] if a.small else ["--full"]),
         # the 4.1 GB file is built, measured and deleted (check free disk space: ~4.2 GB needed)
         p8_scale.main(["--repeat", "2"] if a.small else ["--big-chunks", "500000", "--rows", "4000"]),
+        # 1,000 small CF files over the latency store (the archive is built once under out/p9)
+        p9_archive.main(["--files", "100", "--repeat", "1"] if a.small else ["--files", "1000", "--curve", "1000,10000"]),
         p10_reads.main(["--repeat", "1", "--files", "100"] if a.small else []),
     ]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

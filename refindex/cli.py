@@ -366,6 +366,8 @@ def add_batch(sub: Any) -> None:
     b.add_argument("--record-size", type=int, help="references per parquet file (--format parquet)")
     b.add_argument("--zarr-format", type=int, choices=[2, 3], default=2, help="zarr format of the indexes (see scan)")
     b.add_argument("--workers", type=int, help="local worker processes (default: cores; 0: in this process)")
+    b.add_argument("--in-flight", type=int, default=16, help="remote files each worker has in flight: their first "
+                   "round trips asked together, then scanned one after another (default 16; 1: one at a time)")
     b.add_argument("--dask-scheduler", metavar="ADDRESS", help="run on a Dask cluster (tcp://host:8786)")
     b.add_argument("--dask", action="store_true", help="run on a local Dask cluster of --workers processes")
     b.add_argument("--force", action="store_true", help="rescan inputs whose index is up to date")
@@ -397,7 +399,7 @@ def add_batch(sub: Any) -> None:
 def cmd_batch(args: argparse.Namespace) -> int:
     from .batch import run_batch
 
-    report = run_batch(args.inputs, output=args.output, workers=args.workers,
+    report = run_batch(args.inputs, output=args.output, workers=args.workers, in_flight=args.in_flight,
                        dask=args.dask_scheduler or ("local" if args.dask else None), force=args.force,
                        format=args.format, storage_options=args.storage_options, progress=not args.no_progress,
                        manifest=args.manifest, timeout=args.timeout, isolate=args.isolate, combine=args.combine,

@@ -42,13 +42,17 @@ Resumable and idempotent
 
 Parallel
     Local: ``workers`` (default: the number of cores) worker processes, each a
-    :class:`refindex.isolate.Worker` fed one file at a time.  A file that crashes
+    :class:`refindex.isolate.Worker` fed one local file at a time, or a group of up to
+    ``in_flight`` remote files whose first round trips (info, head, tail) are asked together
+    before they are scanned one after another: waiting on the store then does not hold the
+    worker, one round trip per group instead of one per file.  A file that crashes
     libhdf5 (segfault) or hangs past ``timeout`` seconds kills only its worker: that
-    file is recorded as failed ("libhdf5 crashed (signal 11 ...)" / "timed out") and a
-    fresh worker takes the next file.  ``workers=0`` runs in this process (debugging).
+    file is recorded as failed ("libhdf5 crashed (signal 11 ...)" / "timed out"; the group notes
+    which file it scans, the others run again) and a fresh worker takes the next file.
+    ``workers=0`` runs in this process (debugging).
     Dask: ``dask="tcp://scheduler:8786"``, ``dask="local"`` (a LocalCluster of
-    ``workers`` processes) or a ``distributed.Client`` runs the same task
-    (:func:`index_one`) on the cluster; only URLs and small result rows travel, each
+    ``workers`` processes) or a ``distributed.Client`` runs the same tasks (a group of
+    remote files is one task, a local file another) on the cluster; only URLs and small result rows travel, each
     worker reads its source and writes its index itself (so workers need access to
     both, and the output must be storage they all see: an object store or a shared
     disk).  With dask, ``isolate=True`` additionally runs each scan in a subprocess.
@@ -97,6 +101,7 @@ def run_batch(
     *,
     output: str | os.PathLike | None = None,
     workers: int | None = None,
+    in_flight: int = 16,
     dask: Any = None,
     force: bool = False,
     format: Format = "json",  # noqa: A002 - mirrors the CLI's --format
@@ -119,7 +124,8 @@ def run_batch(
     """Index every input (paths, globs, folders, ``@urls.txt``), skipping those up to date (docs/batch.md).
 
     ``output``: folder / URL prefix for the indexes (default: beside each input).
-    ``workers``: local worker processes (default: cores; 0: this process).  ``dask``:
+    ``workers``: local worker processes (default: cores; 0: this process).  ``in_flight``: remote
+    files each worker has in flight (their first round trips asked together; 1: one at a time).  ``dask``:
     ``"local"``, a scheduler address or a ``distributed.Client``.  ``timeout``: seconds
     per file before its worker is killed (default: ``refindex.options.TIME_LIMIT_POLICY``).  ``manifest``: where to write the
     manifest.  ``combine``: also write one index of all files as one dataset there.  ``check``: a
@@ -131,8 +137,7 @@ def run_batch(
     (only in a notebook) or False (see :mod:`refindex.progress`).
     Returns a :class:`BatchReport`; failures are in it, never raised.
     """
-    if format not in (*SUFFIX, "icechunk"):
-        raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
+    _check_arguments(format, in_flight)
     scan_options = _batch_options(options, keywords, storage_options, workers, dask)
     if format == "icechunk" and combine is None:
         target = _icechunk_target(output, branch, repository_options, storage_options)
@@ -154,15 +159,14 @@ def run_batch(
     previous = {} if force else read_manifest(manifest_url, storage_options)
     if combiner is not None:
         combiner.check_inputs(previous, sources)
-    infos = current_infos(sources, known, storage_options)
-    rows, jobs = plan(sources, infos, previous, format, out, root, fingerprint, force, storage_options)
+    rows, jobs = plan(sources, known, previous, format, out, root, fingerprint, force, storage_options)
     n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
     tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
     collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
                          _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
     try:
-        _run(tasks, dask, n_workers, timeout, collect)
+        _run(tasks, dask, n_workers, timeout, collect, in_flight)
     finally:
         collect.close()
         # Also on interruption: what finished is recorded (unfinished inputs are simply absent).
@@ -200,6 +204,13 @@ def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims:
                     record_size=record_size)
 
 
+def _check_arguments(format: str, in_flight: int) -> None:  # noqa: A002
+    if format not in (*SUFFIX, "icechunk"):
+        raise RefindexError(f"unknown format {format!r} (json, parquet or icechunk)")
+    if int(in_flight) < 1:
+        raise RefindexError(f"in_flight must be at least 1 (files each worker has in flight), not {in_flight}")
+
+
 def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_options: dict[str, Any] | None,
                    workers: int | None, dask: Any) -> ScanOptions:
     """The scan options of every file.  Several scans at once keep the cores busy: none also
@@ -213,15 +224,16 @@ def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_
     return chosen
 
 
-def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, collect: Any) -> None:
+def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, collect: Any,
+         in_flight: int = 1) -> None:
     if not tasks:
         return
     if dask is not None:
-        run_dask(tasks, dask, n_workers or 1, collect)
+        run_dask(tasks, dask, n_workers or 1, collect, in_flight)
     elif n_workers <= 0:
-        run_inline(tasks, collect)
+        run_inline(tasks, collect, in_flight)
     else:
-        run_local(tasks, min(n_workers, len(tasks)), timeout, collect)
+        run_local(tasks, min(n_workers, len(tasks)), timeout, collect, in_flight)
 
 
 def _icechunk_target(output: Any, branch: str, repository_options: dict[str, Any] | None,

@@ -22,6 +22,7 @@ from ..options import INDEX_FORM, ScanOptions
 from ..source import file_info, same_mtime
 from ..writers import ZMETADATA, atomic_write_bytes, output_error
 from ._inputs import Format, index_location
+from ._listing import listed
 from ._results import FileResult
 
 
@@ -148,7 +149,8 @@ def write_manifest(rows: list[dict[str, Any]], url: str, storage_options: dict[s
 # ------------------------------------------------------------------ planning
 def current_infos(sources: list[str], known: dict[str, dict[str, Any]], storage_options: dict[str, Any] | None
                   ) -> dict[str, dict[str, Any] | RefindexError]:
-    """size/etag/mtime of every input now (listings reused; the rest fetched by 16 threads)."""
+    """size/etag/mtime of every input now: from the listings that found them, from a listing of
+    their folder where it holds many of them (:mod:`._listing`), the rest by HEAD in 16 threads."""
     out: dict[str, dict[str, Any] | RefindexError] = {}
     for u, detail in known.items():
         try:
@@ -166,42 +168,81 @@ def current_infos(sources: list[str], known: dict[str, dict[str, Any]], storage_
             return RefindexError(f"cannot stat: {type(e).__name__}: {e}", file=u)
 
     todo = [u for u in sources if u not in out]
+    for u, entry in listed(todo, storage_options).items():  # a listing's 1,000 a request, not a HEAD each
+        if entry is not None and entry.get("type", "file") == "file":
+            try:
+                out[u] = _normal_info(entry)
+            except RefindexError as e:
+                out[u] = e
+    todo = [u for u in todo if u not in out]  # (absent from the listing: the HEAD says how)
     with ThreadPoolExecutor(max_workers=16) as ex:
         for u, info in zip(todo, ex.map(stat, todo)):
             out[u] = info
     return out
 
 
-def plan(sources: list[str], infos: dict[str, Any], previous: dict[str, dict[str, Any]], fmt: Format,
+def plan(sources: list[str], known: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]], fmt: Format,
          output: str | None, root: str | None, fingerprint: str, force: bool,
          storage_options: dict[str, Any] | None) -> tuple[list[FileResult | None], list[tuple[int, str, str]]]:
-    """Per input: a finished row (up to date / cannot stat) or a job (position, source, index)."""
-    rows: list[FileResult | None] = []
-    jobs: list[tuple[int, str, str]] = []
+    """Per input: a finished row (up to date / cannot stat) or a job (position, source, index).
+
+    Only inputs that may be up to date are asked how they are now (``known``: what the listings
+    of the inputs said): an input without an index, or whose manifest row was made otherwise,
+    is scanned anyway, and its scan reads its size and validators itself.  Whether indexes exist
+    comes from a listing of their folder where it holds many of them."""
     indexes: dict[str, str] = {}
-    for i, url in enumerate(sources):
+    for url in sources:
         index = index_location(url, fmt, output, root)
         if index in indexes:
             raise RefindexError(f"two inputs would share the index {index}: {indexes[index]} and {url}")
         indexes[index] = url
-        now = infos[url]
+    where = {url: index for index, url in indexes.items()}
+    if force:
+        return [None] * len(sources), [(i, url, where[url]) for i, url in enumerate(sources)]
+    exists = _index_presence(list(indexes), fmt, storage_options)
+    candidates = [u for u in sources if _may_hold(previous.get(u), where[u], fingerprint) and exists(where[u])]
+    infos = current_infos(candidates, known, storage_options)
+    rows: list[FileResult | None] = []
+    jobs: list[tuple[int, str, str]] = []
+    for i, url in enumerate(sources):
+        index, now = where[url], infos.get(url)
         if isinstance(now, RefindexError):
             rows.append(FileResult(source=url, index=index, status="failed", error=" ".join(str(now).split()),
                                    options=fingerprint, finished=now_text(), seconds=0.0))
             continue
-        fresh = None if force else _up_to_date(url, index, now, previous.get(url), fmt, fingerprint, storage_options)
+        fresh = None if now is None else _up_to_date(url, index, now, previous.get(url), fmt, fingerprint,
+                                                     storage_options)
         rows.append(fresh)
         if fresh is None:
             jobs.append((i, url, index))
     return rows, jobs
 
 
+def _may_hold(prev: dict[str, Any] | None, index: str, fingerprint: str) -> bool:
+    """Could this manifest row (or, without one, the index's own provenance) show the input up to date?"""
+    return prev is None or (prev.get("status") in ("indexed", "up_to_date") and prev.get("index") == index
+                            and prev.get("options") == fingerprint)
+
+
+def _index_presence(indexes: list[str], fmt: Format, storage_options: dict[str, Any] | None
+                    ) -> Callable[[str], bool]:
+    """``exists(index)``: from listings of the indexes' folders where they hold many (JSON indexes are
+    objects a listing shows), else asked one by one."""
+    seen = listed(indexes, storage_options) if fmt == "json" else {}
+
+    def exists(index: str) -> bool:
+        if index in seen:
+            return seen[index] is not None and seen[index].get("type", "file") == "file"
+        return _index_exists(index, fmt, storage_options)
+
+    return exists
+
+
 def _up_to_date(url: str, index: str, now: dict[str, Any], prev: dict[str, Any] | None, fmt: Format,
                 fingerprint: str, storage_options: dict[str, Any] | None) -> FileResult | None:
     """The row of an input whose index is up to date (from the manifest, else the index itself), or None."""
     if prev is not None:
-        if (prev.get("status") in ("indexed", "up_to_date") and prev.get("index") == index
-                and prev.get("options") == fingerprint and _index_exists(index, fmt, storage_options)
+        if (_may_hold(prev, index, fingerprint)
                 and source_unchanged(url, prev, now, storage_options,
                                      lambda: _index_provenance(index, fmt, storage_options))):
             return FileResult(**{**{k: prev.get(k) for k in FileResult.__dataclass_fields__},

@@ -1,15 +1,19 @@
 """Where a batch's tasks run: this process, local worker processes, or a Dask cluster.
 
-Local workers are :class:`refindex.isolate.Worker` processes fed one file at a time: a
-file that crashes libhdf5 or hangs past the time limit kills only its worker, the file
-is recorded as failed and a fresh worker takes the next one.  On Dask only the task (URLs
+Local workers are :class:`refindex.isolate.Worker` processes, fed remote files a group at a
+time (their first round trips asked together, :func:`~refindex.batch._task.index_group`) and
+local ones one at a time: a file that crashes libhdf5 or hangs past the time limit kills only
+its worker, the file is recorded as failed (its group's other files run again, alone) and a
+fresh worker takes the next job.  On Dask only the task (URLs
 and options) and the result row travel; each worker reads its source and writes its
 index itself, so it needs access to both.
 """
 
 from __future__ import annotations
 
+import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -17,41 +21,77 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
-from ..errors import RefindexError
+from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
 from ..isolate import Worker
 from ..options import time_limit_of
-from ._task import Task, failed_row, index_one
+from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one, marked
 
 OnResult = Callable[[dict[str, Any]], None]
 
 
-def run_inline(tasks: list[Task], on_result: OnResult) -> None:
-    for t in tasks:
-        on_result(index_one(t))
+def run_inline(tasks: list[Task], on_result: OnResult, in_flight: int = 1) -> None:
+    for group in group_tasks(tasks, 1, in_flight):
+        for row in index_group(group):
+            on_result(row)
 
 
-def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result: OnResult) -> None:
-    """``workers`` threads, each driving one isolated worker process, one file at a time."""
+def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result: OnResult,
+              in_flight: int = 1) -> None:
+    """``workers`` threads, each driving one isolated worker process, a group of files at a time
+    (:func:`group_tasks`: remote files several at once, their round trips overlapped; local ones alone).
+
+    A group whose worker crashes, or overruns while one file has run past its own limit, makes that
+    file (the group notes which it scans, :func:`~refindex.batch._task.marked`) a failed row; the
+    files before it run again alone (their rows died with the worker), those after it as a group."""
     pool: queue.SimpleQueue[Worker] = queue.SimpleQueue()
-    all_workers = [Worker() for _ in range(workers)]
+    groups = group_tasks(tasks, workers, in_flight)
+    all_workers = [Worker() for _ in range(min(workers, len(groups)))]
     for w in all_workers:
         pool.put(w)
 
-    def run(task: Task) -> dict[str, Any]:
-        w = pool.get()
+    def alone(w: Worker, task: Task) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
             return w.run(index_one, {"task": task}, timeout=timeout or time_limit_of(task.source), label=task.source)
         except RefindexError as e:  # crashed or timed out: the worker restarts on its next job
             return failed_row(task, e, time.perf_counter() - t0)
+
+    def run(group: list[Task]) -> list[dict[str, Any]]:
+        w = pool.get()
+        try:
+            return run_group(w, group)
         finally:
             pool.put(w)
 
-    ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="refindex-batch")
-    futures = [ex.submit(run, t) for t in tasks]
+    def run_group(w: Worker, group: list[Task]) -> list[dict[str, Any]]:
+        if len(group) <= 1:
+            return [alone(w, t) for t in group]
+        fd, mark = tempfile.mkstemp(prefix="refindex-group-")
+        os.close(fd)
+        try:
+            return w.run(index_group, {"tasks": group, "mark": mark}, timeout=group_time_limit(group, timeout),
+                         label=f"{len(group)} files from {group[0].source}")
+        except RefindexError as e:  # a file crashed libhdf5 or hung: the mark says which
+            failure, at = e, marked(mark)
+        finally:
+            os.unlink(mark)
+        if at is None or not isinstance(failure, (WorkerCrashed, WorkerTimeout)):
+            return [alone(w, t) for t in group]  # before any scan, or not the worker's death: each file alone
+        i, ran = at
+        culprit = group[i]
+        before = [alone(w, t) for t in group[:i]]  # their rows died with the worker
+        if isinstance(failure, WorkerTimeout) and ran < (timeout or time_limit_of(culprit.source)):
+            row = alone(w, culprit)  # a slow group, not yet a file past its own limit: alone, it tells
+        else:
+            row = failed_row(culprit, type(failure)(failure.reason, file=culprit.source), ran)
+        return before + [row] + run_group(w, group[i + 1:])
+
+    ex = ThreadPoolExecutor(max_workers=len(all_workers), thread_name_prefix="refindex-batch")
+    futures = [ex.submit(run, g) for g in groups]
     try:
         for fut in as_completed(futures):
-            on_result(fut.result())
+            for row in fut.result():
+                on_result(row)
     finally:
         for f in futures:
             f.cancel()
@@ -76,20 +116,34 @@ def _dask_client(dask: Any, workers: int):
     return dask, None  # the caller's Client (or anything with submit/as_completed semantics): theirs to close
 
 
-def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult) -> None:
+def _submit(client: Any, job: Any, arg: Any) -> Any:
+    return client.submit(job, arg, pure=False, key=f"refindex-index-{uuid.uuid4().hex}")
+
+
+def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult, in_flight: int = 1) -> None:
     from distributed import as_completed as dask_completed
 
     client, cluster = _dask_client(dask, workers)
     try:
-        futures = {client.submit(index_one, t, pure=False, key=f"refindex-index-{uuid.uuid4().hex}"): t
-                   for t in tasks}
-        for fut in dask_completed(list(futures)):
-            t = futures[fut]
+        futures = {_submit(client, index_group, group): group for group in group_tasks(tasks, workers, in_flight)}
+        done = dask_completed(list(futures))
+        for fut in done:
+            group = futures.pop(fut)
             try:
-                on_result(fut.result())
+                rows = fut.result()
             except Exception as e:  # noqa: BLE001 - e.g. KilledWorker after a worker crash
-                on_result(failed_row(t, RefindexError(f"Dask task failed: {type(e).__name__}: {e}", file=t.source),
-                                     0.0))
+                if len(group) > 1:  # which file killed it? each again alone
+                    for t in group:
+                        one = _submit(client, index_one, t)
+                        futures[one] = [t]
+                        done.add(one)
+                    fut.release()
+                    continue
+                t = group[0]
+                rows = [failed_row(t, RefindexError(f"Dask task failed: {type(e).__name__}: {e}", file=t.source),
+                                   0.0)]
+            for row in rows:
+                on_result(row)
             fut.release()
     finally:
         if client is not dask:  # a client made here (from an address or "local"): closed here

@@ -68,6 +68,72 @@ def index_one(task: Task) -> dict[str, Any]:
                       index_bytes=summary.get("bytes")).as_dict()
 
 
+def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, Any]]:
+    """Several remote inputs (:func:`group_tasks`): the first round trip of every scan (info, head and
+    tail) asked at once, then the scans one after another, each taking its answer instead of waiting
+    for its own.  Latency-bound work then does not hold a process: a worker waits one round trip per
+    group, not one per file, and libhdf5 (serialised under h5py's lock) only ever parses.
+    Returns the rows in the order of ``tasks``; never raises (a failure is that file's row).
+
+    Isolated tasks (Dask with ``isolate``) run as one group in one subprocess; when it crashes or
+    overruns the time limit of its slowest file, each of its files is run again alone, so only the
+    culprit becomes a failed row.  ``mark``: a file where the position of the file being scanned and
+    when it started are noted (:func:`marked`), so a worker that dies names its culprit at once."""
+    if not tasks:
+        return []
+    if tasks[0].isolate:
+        from ..isolate import Worker
+
+        with Worker() as w:
+            try:
+                return w.run(index_group, {"tasks": [replace(t, isolate=False) for t in tasks]},
+                             timeout=group_time_limit(tasks), label=f"{len(tasks)} files from {tasks[0].source}")
+            except RefindexError:
+                return [index_one(t) for t in tasks]  # each in a subprocess of its own
+    from ..source import scan_ahead
+
+    drops = [scan_ahead(t.source, t.options.storage_options, t.options.cache) for t in tasks]
+    try:
+        rows = []
+        for i, t in enumerate(tasks):
+            if mark is not None:
+                with open(mark, "w") as fh:
+                    fh.write(f"{i} {time.time()}")
+            rows.append(index_one(t))
+        return rows
+    finally:
+        for drop in drops:
+            if drop is not None:
+                drop()  # what a failed scan never took
+
+
+def group_tasks(tasks: list[Task], workers: int, in_flight: int = 1) -> list[list[Task]]:
+    """Tasks in groups for :func:`index_group`: remote inputs up to ``in_flight`` at a time (fewer when
+    that leaves a worker without a group), local ones alone (nothing to wait for; a crash loses no other file)."""
+    alone = [t for t in tasks if urls.is_local(t.source) or t.format == "icechunk"]
+    remote = [t for t in tasks if not (urls.is_local(t.source) or t.format == "icechunk")]
+    size = max(1, min(int(in_flight), -(-len(remote) // max(1, workers))))
+    return [remote[i:i + size] for i in range(0, len(remote), size)] + [[t] for t in alone]
+
+
+def marked(mark: str) -> tuple[int, float] | None:
+    """(position, seconds it has run) of the file a group was scanning, from its ``mark``; None before the first."""
+    try:
+        with open(mark) as fh:
+            at, started = fh.read().split()
+        return int(at), time.time() - float(started)
+    except (OSError, ValueError):
+        return None
+
+
+def group_time_limit(tasks: list[Task], timeout: float | None = None) -> float:
+    """A group's time limit: its slowest file's, and a quarter more for the worker's start and the group's
+    first round trip, so a file that hangs has run past its own limit when the group is stopped."""
+    from ..options import time_limit_of
+
+    return 1.25 * max(timeout or t.timeout or time_limit_of(t.source) for t in tasks)
+
+
 def _scan_for_icechunk(task: Task, t0: float) -> dict[str, Any]:
     """An Icechunk batch's work on a worker: the prepared v3 Tree (under ``"tree"``) beside the row;
     the coordinator writes it into the repository and completes the row."""

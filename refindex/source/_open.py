@@ -11,14 +11,16 @@ import os
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .. import urls
 from ..errors import NotHDF5Error, SourceError
 from ..options import CacheOptions
 from ._cache import BlockCache, ReadStats, merge_ranges, serves_ranges
 from ._failures import ranged, source_error
-from ._quick import filesystem_of, quick_filesystem, taken_ahead
+from ._http import honours
+from ._quick import (filesystem_of, put_ahead, quick_filesystem, request_ahead, retried_in_thread,
+                     taken_ahead)
 from ._prefetch import TreeSeen, prefetch_tree
 from ._record import LocalFile, ReadRecorder
 from ._retry import with_retries
@@ -162,6 +164,31 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
                              lambda: with_retries(info_with_ranges, fs, path, spans), path)
     ends = (head, tail) if isinstance(head, bytes) and isinstance(tail, bytes) else None
     return _checked_info(info, path), ends
+
+
+def scan_ahead(url: str, storage_options: dict[str, Any] | None, cache: CacheOptions | None = None
+               ) -> Callable[[], None] | None:
+    """Ask now, in a thread, for the first round trip a scan of the remote ``url`` will make (its
+    info, head and tail: :func:`info_and_ends`), which that scan then takes instead of asking again.
+
+    A batch asks it for several files at once before scanning them one after another, so their
+    round trips overlap instead of each scan waiting for its own.  Returns a function that drops
+    what no scan took; None where nothing was asked (a local file, a filesystem that cannot ask
+    info and ranges in one round trip)."""
+    cache = cache or CacheOptions()
+    spans = cache.end_spans()
+    if urls.is_local(url) or not cache.first_read or not cache.tail_read:
+        return None
+    if honours(url, storage_options):
+        return request_ahead(url, storage_options, spans)
+    try:
+        fs, path = quick_filesystem(url, storage_options)
+    except SourceError:
+        return None  # the scan reports it
+    if not _suffix_ranges(fs):
+        return None
+    future = retried_in_thread("refindex-ahead", info_with_ranges, fs, path, spans)
+    return put_ahead((fs, path, tuple(spans)), future)
 
 
 def one_round_trip(fs: Any) -> bool:

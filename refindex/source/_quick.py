@@ -83,7 +83,12 @@ def request_ahead(url: str, storage_options: dict[str, Any] | None,
     key = (fs, path, tuple(spans))
     # (no hold on collection, refindex.gcpause: it is taken before libhdf5 opens the file, and
     # nothing libhdf5 waits for later is fetched by it)
-    future = retried_in_thread("refindex-ahead", fs.info_and_ranges, path, list(spans))
+    return put_ahead(key, retried_in_thread("refindex-ahead", fs.info_and_ranges, path, list(spans)))
+
+
+def put_ahead(key: tuple[Any, str, tuple], future: Future) -> Callable[[], None]:
+    """Keep ``future`` (a first round trip asked ahead) for the scan of ``key`` = (fs, path, spans)
+    to take (:func:`taken_ahead`); returns the function that drops it if none did."""
     with _AHEAD_LOCK:
         _AHEAD[key] = future
 

@@ -1,0 +1,463 @@
+"""P9: an archive of small CF files as one dataset (issue #43): throughput, requests, memory, correctness.
+
+The archive: ``--files`` daily netCDF-4 files as xarray writes them (h5netcdf; each file its own
+time units, ``days since <its day>``), one variable ``tas`` (1, 76, 180) float32 in 4 chunks,
+about 67 KB each, served by the latency store (30 ms per request, 50 MB/s per connection).
+
+Tools, each in fresh processes, interleaved, medians (2 cores: pools of 2 as the issue ran them):
+- refindex batch (JSON per file; ``--in-flight 1``: a file at a time as before issue #43; with
+  ``--combine``; on a running Dask LocalCluster of 2, its start-up reported beside; the same files
+  from local disk); with ``--baseline
+  TREE`` also the refindex of another source tree (``git archive <commit> refindex | tar -x -C TREE``)
+- kerchunk: ``SingleHdf5ToZarr`` in a ``Pool(2)`` (fsspec http, ``cache_type="first"``), then
+  ``MultiZarrToZarr`` (``concat_dims=["time"]``, its default ``coo_map``)
+- VirtualiZarr: ``open_virtual_dataset(loadable_variables=[])`` in a ``ProcessPoolExecutor(2)``,
+  with its ``HDFParser`` and with refindex's parser
+
+Per tool: seconds, files/hour, requests per file (the store's counts), peak RSS of the process
+(its workers in ``workers MB``), and whether the combined dataset opened with xarray (default
+decoding) is ``xr.testing.assert_identical`` to ``xr.open_mfdataset(files, engine="h5netcdf",
+combine="by_coords")``.  Goals of issue #43 item 4, from the same run: >= 3x kerchunk, >= 6x
+HDFParser, >= 2x refindex a file at a time (or the baseline tree), the same on Dask.
+
+``--curve 1000,10000`` adds the memory curve of the combine's coordinator over local files
+(100,000 only when asked: building it takes an hour).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import HERE, MARK, child_main, fmt, median, table, timed, verdict  # noqa: E402
+
+OUT = os.path.join(HERE, "out", "p9")
+SHAPE, CHUNKS = (1, 76, 180), (1, 38, 90)
+
+
+# ---------------------------------------------------------------- the archive
+def _write(args: tuple[str, int]) -> None:
+    import numpy as np
+    import pandas as pd
+    import xarray as xr
+
+    path, day = args
+    rng = np.random.default_rng(day)
+    ds = xr.Dataset({"tas": (("time", "lat", "lon"), rng.normal(280, 10, SHAPE).astype("f4"),
+                             {"units": "K", "standard_name": "air_temperature"})},
+                    coords={"time": pd.date_range("2000-01-01", periods=1) + pd.Timedelta(days=day),
+                            "lat": ("lat", np.linspace(-89, 89, SHAPE[1]), {"units": "degrees_north"}),
+                            "lon": ("lon", np.arange(SHAPE[2]) * 2.0, {"units": "degrees_east"})})
+    tmp = path + ".tmp"
+    ds.to_netcdf(tmp, engine="h5netcdf", encoding={"tas": {"chunksizes": CHUNKS}})
+    os.replace(tmp, path)
+
+
+def archive(n: int) -> tuple[str, list[str]]:
+    """The folder of ``n`` daily files (made once, kept under benchmarks/out/p9) and their names."""
+    from multiprocessing import Pool
+
+    folder = os.path.join(OUT, f"archive-{n}")
+    os.makedirs(folder, exist_ok=True)
+    names = [f"tas_{i:06d}.nc" for i in range(n)]
+    todo = [(os.path.join(folder, x), i) for i, x in enumerate(names) if not os.path.exists(os.path.join(folder, x))]
+    if todo:
+        with Pool(2) as pool:
+            pool.map(_write, todo, chunksize=64)
+    return folder, names
+
+
+def identical(combined: str, files: list[str], remote_protocol: str | None = None) -> str:
+    """"yes" when the combined index opened with xarray is identical to ``open_mfdataset`` of the files,
+    else "no: <the first difference>"."""
+    import xarray as xr
+
+    so: dict[str, Any] = {"fo": combined}
+    if remote_protocol:
+        so.update(remote_protocol=remote_protocol, remote_options={"asynchronous": True})
+    try:
+        got = xr.open_dataset("reference://", engine="zarr", backend_kwargs={"storage_options": so,
+                                                                              "consolidated": False})
+        want = xr.open_mfdataset(files, engine="h5netcdf", combine="by_coords")
+        xr.testing.assert_identical(got.load(), want.load())
+    except AssertionError as e:
+        return "no: " + " ".join(str(e).split())[:160]
+    except Exception as e:  # noqa: BLE001 - cannot even open: not identical
+        return f"no: {type(e).__name__}: {' '.join(str(e).split())[:140]}"
+    return "yes"
+
+
+# ---------------------------------------------------------------- measurements (child side)
+def _counts(url: str) -> dict[str, int]:
+    if not url:
+        return {"requests": 0}
+    from latency_store import fetch_counts
+
+    return fetch_counts(url)
+
+
+def _children_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def _children() -> list[int]:
+    """Pids of this process's children (Linux)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as fh:
+                out += [int(x) for x in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its children: on a shared machine a steadier measure of
+    the work than wall time (the latency store, in the parent, is not in it).  Children still exiting (a
+    batch's workers end when their pipe closes) are waited for first, or their time would be missing."""
+    for pid in _children():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"resource_tracker" in fh.read():  # multiprocessing's: it ends with this process
+                    continue
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            continue
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime, 2)
+
+
+def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[str, Any]:
+    """``refindex batch`` over the inputs (a list file): ``mode`` json / one-at-a-time / combine / parquet / dask."""
+    import refindex  # noqa: F401 - imported before the clock starts, as the CLI would be
+    from refindex.batch import run_batch
+
+    kw: dict[str, Any] = {"workers": 2, "progress": False, "output": out, "manifest": os.path.join(out, "m.jsonl")}
+    if mode == "one-at-a-time":
+        kw["in_flight"] = 1 if "in_flight" in run_batch.__code__.co_varnames else None
+        if kw["in_flight"] is None:
+            del kw["in_flight"]
+    if mode == "combine":
+        kw["combine"] = os.path.join(out, "combined.json")
+    if mode == "parquet":
+        kw.update(combine=os.path.join(out, "combined.parq"), format="parquet")
+    cluster = None
+    if mode == "dask":  # a cluster that runs already, as a user's does; its start-up reported beside
+        from distributed import Client, LocalCluster
+
+        t0 = time.perf_counter()
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+        kw.update(dask=Client(cluster))
+        kw["dask"].wait_for_workers(2)
+        started = time.perf_counter() - t0
+    before = _counts(counts_url)
+    report, sec = timed(lambda: run_batch("@" + inputs, **kw))
+    after = _counts(counts_url)
+    if cluster is not None:
+        kw["dask"].close()
+        cluster.close()
+        return {"seconds": sec, "cluster_start": round(started, 2), "files": len(report.results),
+                "failed": len(report.failed), "requests": after["requests"] - before["requests"],
+                "workers_mb": _children_rss_mb(), "cpu": _cpu_seconds()}
+    n = len(report.results)
+    return {"seconds": sec, "files": n, "failed": len(report.failed),
+            "requests": after["requests"] - before["requests"],
+            "workers_mb": _children_rss_mb(), "combined": report.combined, "cpu": _cpu_seconds()}
+
+
+def _kerchunk_one(url: str) -> dict[str, Any]:
+    import fsspec
+    from kerchunk.hdf import SingleHdf5ToZarr
+
+    fs = fsspec.filesystem("http")
+    with fs.open(url, "rb", cache_type="first") as fh:
+        return SingleHdf5ToZarr(fh, url, inline_threshold=256).translate()
+
+
+def child_kerchunk(inputs: str, out: str, counts_url: str) -> dict[str, Any]:
+    """kerchunk: SingleHdf5ToZarr in a Pool of 2, each index written, then MultiZarrToZarr."""
+    from multiprocessing import get_context
+
+    import ujson
+    from kerchunk.combine import MultiZarrToZarr
+
+    urls_ = [line.strip() for line in open(inputs) if line.strip()]
+    before = _counts(counts_url)
+    t0 = time.perf_counter()
+    with get_context("spawn").Pool(2) as pool:
+        refs = pool.map(_kerchunk_one, urls_, chunksize=8)
+    for u, r in zip(urls_, refs):
+        with open(os.path.join(out, u.rsplit("/", 1)[-1] + ".json"), "w") as fh:
+            fh.write(ujson.dumps(r))
+    per_file = time.perf_counter() - t0
+    after = _counts(counts_url)
+    combined = MultiZarrToZarr(refs, concat_dims=["time"], remote_protocol="http").translate()
+    with open(os.path.join(out, "combined.json"), "w") as fh:
+        fh.write(ujson.dumps(combined))
+    return {"seconds": per_file, "with_combine": time.perf_counter() - t0, "files": len(urls_),
+            "requests": after["requests"] - before["requests"], "workers_mb": _children_rss_mb(),
+            "combined": os.path.join(out, "combined.json"), "cpu": _cpu_seconds()}
+
+
+def _vz_one(args: tuple[str, str]) -> int:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import virtualizarr
+    from obspec_utils.registry import ObjectStoreRegistry
+    from obstore.store import HTTPStore
+
+    url, parser_name = args
+    base = url.rsplit("/", 1)[0]
+    registry = ObjectStoreRegistry({base: HTTPStore.from_url(base, client_options={"allow_http": True})})
+    if parser_name == "refindex":
+        import refindex.virtualizarr
+
+        parser = refindex.virtualizarr.Parser()
+    else:
+        from virtualizarr.parsers import HDFParser
+
+        parser = HDFParser()
+    vds = virtualizarr.open_virtual_dataset(url, registry=registry, parser=parser, loadable_variables=[])
+    return len(vds.variables)
+
+
+def child_vz(inputs: str, out: str, counts_url: str, parser_name: str) -> dict[str, Any]:
+    """VirtualiZarr: open_virtual_dataset of every file in a ProcessPoolExecutor of 2."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    urls_ = [line.strip() for line in open(inputs) if line.strip()]
+    before = _counts(counts_url)
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as ex:
+        done = list(ex.map(_vz_one, [(u, parser_name) for u in urls_], chunksize=8))
+    sec = time.perf_counter() - t0
+    after = _counts(counts_url)
+    return {"seconds": sec, "files": len(done), "requests": after["requests"] - before["requests"],
+            "workers_mb": _children_rss_mb(), "cpu": _cpu_seconds()}
+
+
+def child_identical(combined: str, files_list: str, remote_protocol: str) -> dict[str, Any]:
+    files = [line.strip() for line in open(files_list) if line.strip()]
+    return {"seconds": 0.0, "identical": identical(combined, files, remote_protocol or None)}
+
+
+def child_curve(inputs: str, out: str) -> dict[str, Any]:
+    """Index local files and combine them: the coordinator's peak RSS (this process) and its workers'."""
+    from refindex.batch import run_batch
+
+    report, sec = timed(lambda: run_batch("@" + inputs, workers=2, progress=False, output=out,
+                                          manifest=os.path.join(out, "m.jsonl"),
+                                          combine=os.path.join(out, "combined.json")))
+    return {"seconds": sec, "files": len(report.results), "workers_mb": _children_rss_mb()}
+
+
+CHILDREN = {"refindex": child_refindex, "kerchunk": child_kerchunk, "vz": child_vz, "identical": child_identical,
+            "curve": child_curve}
+
+
+# ---------------------------------------------------------------- parent side
+def run_one(child: str, args: list[str], timeout: float, pythonpath: str | None = None) -> dict[str, Any]:
+    """``child`` in a fresh process (with ``pythonpath`` first on the path: another refindex tree)."""
+    env = dict(os.environ, RUST_LOG="error")
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", child, *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "hang", "error": f"killed after {timeout:.0f} s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith(MARK):
+            out = json.loads(line[len(MARK):])
+            out.setdefault("status", "ok")
+            return out
+    lines = [ln for ln in (p.stderr or "").splitlines() if ln.strip() and "Warning" not in ln]
+    return {"status": "fail", "error": (lines[-1] if lines else f"exit code {p.returncode}")[:200]}
+
+
+def tool_jobs(inputs: str, local_inputs: str, counts_url: str, baseline: str | None
+              ) -> dict[str, tuple[str, list[str], str | None]]:
+    jobs: dict[str, tuple[str, list[str], str | None]] = {
+        "refindex batch (JSON)": ("refindex", [inputs, "{out}", counts_url, "json"], None),
+        "refindex batch, a file at a time (--in-flight 1)": ("refindex", [inputs, "{out}", counts_url, "one-at-a-time"],
+                                                             None),
+        "refindex batch --combine (JSON)": ("refindex", [inputs, "{out}", counts_url, "combine"], None),
+        "refindex batch --format parquet --combine": ("refindex", [inputs, "{out}", counts_url, "parquet"], None),
+        "refindex batch on a running Dask LocalCluster (2)": ("refindex", [inputs, "{out}", counts_url, "dask"], None),
+        "refindex batch, local disk": ("refindex", [local_inputs, "{out}", "", "json"], None),
+        "kerchunk Pool(2) + MultiZarrToZarr": ("kerchunk", [inputs, "{out}", counts_url], None),
+        "VirtualiZarr HDFParser, ProcessPool(2)": ("vz", [inputs, "{out}", counts_url, "HDFParser"], None),
+        "VirtualiZarr + refindex parser, ProcessPool(2)": ("vz", [inputs, "{out}", counts_url, "refindex"], None),
+    }
+    if baseline:
+        jobs["refindex batch, baseline tree"] = ("refindex", [inputs, "{out}", counts_url, "json"], baseline)
+    return jobs
+
+
+def measure(jobs: dict[str, tuple[str, list[str], str | None]], repeat: dict[str, int], timeout: float,
+            files: list[str], remote: str) -> dict[str, dict[str, Any]]:
+    """Every job ``repeat`` times in fresh processes, interleaved; medians; the last run's combined index checked."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
+    for round_ in range(max(repeat.values())):
+        for name, (child, args, pythonpath) in jobs.items():
+            if round_ >= repeat[name] or (runs[name] and runs[name][-1].get("status") != "ok"):
+                continue
+            out = tempfile.mkdtemp(prefix="p9-", dir=OUT)
+            try:
+                r = run_one(child, [a.replace("{out}", out) for a in args], timeout, pythonpath)
+                if r.get("status") == "ok" and r.get("combined") and round_ == repeat[name] - 1:
+                    check = run_one("identical", [r["combined"], files_list(files), remote], timeout)
+                    r["identical"] = check.get("identical") or f"no: {check.get('error')}"
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+            runs[name].append(r)
+            print(f"  {name}: {fmt(r.get('seconds'))} s {r.get('status')} {r.get('error', '')}", file=sys.stderr,
+                  flush=True)
+    out_: dict[str, dict[str, Any]] = {}
+    for name, rs in runs.items():
+        bad = [r for r in rs if r.get("status") != "ok"]
+        if bad:
+            out_[name] = bad[0]
+            continue
+        merged = dict(rs[-1])
+        for key in ("seconds", "requests", "with_combine", "cpu", "cluster_start"):
+            if all(key in r for r in rs):
+                merged[key] = median([r[key] for r in rs])
+        merged["runs"] = [round(r["seconds"], 1) for r in rs]
+        merged["peak_rss_mb"] = max(r.get("peak_rss_mb") or 0 for r in rs)
+        merged["workers_mb"] = max(r.get("workers_mb") or 0 for r in rs)
+        out_[name] = merged
+    return out_
+
+
+_LISTS: dict[int, str] = {}
+
+
+def files_list(files: list[str]) -> str:
+    key = hash(tuple(files))
+    if key not in _LISTS:
+        path = os.path.join(OUT, f"files-{abs(key)}.txt")
+        with open(path, "w") as fh:
+            fh.write("\n".join(files) + "\n")
+        _LISTS[key] = path
+    return _LISTS[key]
+
+
+def goals(res: dict[str, dict[str, Any]], baseline: bool) -> list[str]:
+    def sec(name: str) -> float | None:
+        r = res.get(name) or {}
+        return r.get("seconds") if r.get("status") == "ok" else None
+
+    ours, dask = sec("refindex batch (JSON)"), sec("refindex batch on a running Dask LocalCluster (2)")
+    before = sec("refindex batch, baseline tree" if baseline else "refindex batch, a file at a time (--in-flight 1)")
+    rows = []
+    for label, theirs, want in (("kerchunk", sec("kerchunk Pool(2) + MultiZarrToZarr"), 3.0),
+                                ("VirtualiZarr HDFParser", sec("VirtualiZarr HDFParser, ProcessPool(2)"), 6.0),
+                                ("refindex before" + (" (baseline tree)" if baseline else " (a file at a time)"),
+                                 before, 2.0)):
+        for runner, t in (("local workers", ours), ("Dask", dask)):
+            ratio = theirs / t if theirs and t else None
+            rows.append(f"- {runner}: {label} / refindex {f'{ratio:.2f}x' if ratio else '–'} (goal >= {want:g}x): "
+                        + verdict(None if ratio is None else ratio >= want))
+    return rows
+
+
+def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwidth: float, timeout: float,
+                   baseline: str | None, only: list[str] | None = None) -> str:
+    from latency_store import LatencyStore
+
+    folder, names = archive(n)
+    local = [os.path.join(folder, x) for x in names]
+    size = sum(os.path.getsize(p) for p in local) / n
+    with LatencyStore(folder, latency, bandwidth) as store:
+        inputs = files_list([store.url(x) for x in names])
+        local_inputs = files_list(local)
+        jobs = tool_jobs(inputs, local_inputs, store.counts_url, baseline)
+        if only:
+            jobs = {name: job for name, job in jobs.items() if any(w.lower() in name.lower() for w in only)}
+        times = {name: (slow_repeat if "HDFParser" in name else repeat) for name in jobs}
+        res = measure(jobs, times, timeout, local, "http")
+    rows = []
+    for name, r in res.items():
+        ok = r.get("status") == "ok"
+        sec = r.get("seconds") if ok else None
+        rows.append([name, fmt(sec) if ok else r.get("status"), f"{n / sec * 3600:,.0f}" if sec else "–",
+                     fmt(r["requests"] / n) if ok and "local" not in name else "–", fmt(r.get("peak_rss_mb")),
+                     fmt(r.get("workers_mb")), fmt(r.get("cpu")), r.get("identical", "–"),
+                     (" ".join(str(x) for x in r.get("runs", [])) or r.get("error", ""))
+                     + (f" (cluster start-up {r['cluster_start']:.1f} s, not counted)"
+                        if r.get("cluster_start") else "")])
+    return "\n".join([
+        f"### P9 archive: {n:,} daily CF files of {size / 1000:.0f} KB (4 chunks each) on the latency store "
+        f"({latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
+        f"{repeat} fresh processes per tool ({slow_repeat} for HDFParser), interleaved, median; "
+        "2 workers / pools of 2; "
+        "identical: the last run's combined dataset against `xr.open_mfdataset(files, engine=\"h5netcdf\", "
+        "combine=\"by_coords\")`; peak RSS: the measuring process (refindex's coordinator), workers: the largest "
+        "child process; CPU s: user + system time of the process and its children (Dask's worker processes and "
+        "the kerchunk combine's are not all counted).", "",
+        table(["tool", "seconds", "files/hour", "requests/file", "peak RSS MB", "workers MB", "CPU s", "identical",
+               "runs"],
+              rows), "",
+        "Goals of issue #43 item 4 (same run; ratios of medians):", "", *goals(res, baseline is not None), ""])
+
+
+def curve_section(sizes: list[int], timeout: float) -> str:
+    rows = []
+    for n in sizes:
+        folder, names = archive(n)
+        inputs = files_list([os.path.join(folder, x) for x in names])
+        out = tempfile.mkdtemp(prefix="p9-curve-", dir=OUT)
+        try:
+            r = run_one("curve", [inputs, out], timeout)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        rows.append([f"{n:,}", fmt(r.get("seconds")) if r.get("status") == "ok" else r.get("status"),
+                     fmt(r.get("peak_rss_mb")), fmt(r.get("workers_mb")), r.get("error", "")])
+    return "\n".join([f"### P9 memory of `refindex batch --combine` over local files (one fresh process each)", "",
+                      table(["files", "seconds", "coordinator peak RSS MB", "largest child MB (workers, combine)",
+                             "error"], rows), ""])
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    if child_main(CHILDREN, argv):
+        return ""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--files", type=int, default=200)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--slow-repeat", type=int, default=1, help="runs of VirtualiZarr's HDFParser (the slowest)")
+    p.add_argument("--latency-ms", type=float, default=30.0)
+    p.add_argument("--bandwidth-mbs", type=float, default=50.0)
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--baseline", help="a refindex source tree to compare with (its parent folder holds refindex/)")
+    p.add_argument("--only", default="", help="comma-separated words: only the tools whose name holds one")
+    p.add_argument("--curve", default="", help="file counts for the combine's memory curve, e.g. 1000,10000")
+    a = p.parse_args(argv)
+    os.makedirs(OUT, exist_ok=True)
+    t0 = time.perf_counter()
+    parts = [remote_section(a.files, a.repeat, a.slow_repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout,
+                            a.baseline, [w for w in a.only.split(",") if w])]
+    if a.curve:
+        parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
+    text = "\n".join(parts)
+    print(text)
+    print(f"(P9 took {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    return text
+
+
+if __name__ == "__main__":
+    main()
