@@ -151,7 +151,7 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
     if mode == "combine":
         kw["combine"] = os.path.join(out, "combined.json")
     if mode == "parquet":
-        kw.update(combine=os.path.join(out, "combined.parq"), format="parquet")
+        kw["combine"] = os.path.join(out, "combined.parq")  # JSON per file, the combined index as parquet
     cluster = None
     if mode == "dask":  # a cluster that runs already, as a user's does; its start-up reported beside
         from distributed import Client, LocalCluster
@@ -295,7 +295,7 @@ def tool_jobs(inputs: str, local_inputs: str, counts_url: str, baseline: str | N
         "refindex batch, a file at a time (--in-flight 1)": ("refindex", [inputs, "{out}", counts_url, "one-at-a-time"],
                                                              None),
         "refindex batch --combine (JSON)": ("refindex", [inputs, "{out}", counts_url, "combine"], None),
-        "refindex batch --format parquet --combine": ("refindex", [inputs, "{out}", counts_url, "parquet"], None),
+        "refindex batch --combine (parquet)": ("refindex", [inputs, "{out}", counts_url, "parquet"], None),
         "refindex batch on a running Dask LocalCluster (2)": ("refindex", [inputs, "{out}", counts_url, "dask"], None),
         "refindex batch, local disk": ("refindex", [local_inputs, "{out}", "", "json"], None),
         "kerchunk Pool(2) + MultiZarrToZarr": ("kerchunk", [inputs, "{out}", counts_url], None),
