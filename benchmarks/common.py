@@ -20,15 +20,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARK = "@@result "
 
 
-def run_child(script: str, name: str, args: list[str], timeout: float) -> dict[str, Any]:
-    """Run ``script --child name args`` and return the dict it reported.
+def run_child(script: str, name: str, args: list[str], timeout: float,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script --child name args`` (in ``env``, default this process's) and return the dict it reported.
 
     ``status`` is "ok", "fail" (non-zero exit or exception; ``error`` holds the last line)
     or "hang" (killed after ``timeout`` seconds)."""
     cmd = [sys.executable, script, "--child", name, *args]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE, env=env)
     except subprocess.TimeoutExpired:
         return {"status": "hang", "error": f"killed after {timeout:.0f} s"}
     for line in reversed(p.stdout.splitlines()):

@@ -27,11 +27,9 @@ HDFParser, >= 2x refindex a file at a time (or the baseline tree), the same on D
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import HERE, MARK, child_main, fmt, median, table, timed, verdict  # noqa: E402
+from common import HERE, child_main, fmt, median, run_child, table, timed, verdict  # noqa: E402
 
 OUT = os.path.join(HERE, "out", "p9")
 SHAPE, CHUNKS = (1, 76, 180), (1, 38, 90)
@@ -274,18 +272,9 @@ def run_one(child: str, args: list[str], timeout: float, pythonpath: str | None 
     env = dict(os.environ, RUST_LOG="error")
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", child, *args]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE, env=env)
-    except subprocess.TimeoutExpired:
-        return {"status": "hang", "error": f"killed after {timeout:.0f} s"}
-    for line in reversed(p.stdout.splitlines()):
-        if line.startswith(MARK):
-            out = json.loads(line[len(MARK):])
-            out.setdefault("status", "ok")
-            return out
-    lines = [ln for ln in (p.stderr or "").splitlines() if ln.strip() and "Warning" not in ln]
-    return {"status": "fail", "error": (lines[-1] if lines else f"exit code {p.returncode}")[:200]}
+    out = run_child(os.path.abspath(__file__), child, args, timeout, env=env)
+    out.pop("process_seconds", None)  # (P9 times the work inside the child)
+    return out
 
 
 def tool_jobs(inputs: str, local_inputs: str, counts_url: str, baseline: str | None
