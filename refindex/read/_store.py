@@ -13,7 +13,8 @@ touched the network.
 zarr asks a store for a selection's chunks key by key, at most ``async.concurrency`` at
 a time (zarr's default, 10, makes a window of 800 chunks 80 round trips): a store made
 here raises that setting to :data:`READ_CONCURRENCY` (never lowers it), so the keys of a
-selection arrive together and are fetched in one round trip.
+selection arrive together and are fetched in one round trip, and zarr's codec batch size to
+:data:`READ_BATCH`, so that zarr's own work per chunk does not outweigh the fetch.
 """
 
 from __future__ import annotations
@@ -36,16 +37,22 @@ from ._urlcheck import expand_url
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
 MERGE_SPAN = 32 << 20
 READ_CONCURRENCY = 4096  # zarr's async.concurrency while refindex reads: a selection's keys arrive together
+READ_BATCH = 128  # zarr's codec_pipeline.batch_size: chunks fetched and decoded as one task, not one task each
 GATHER_TURNS = 8  # loop turns a batch may wait for keys still arriving (zarr hands them out a turn or two apart)
 CONNECTIONS = 256  # HTTP connections (and S3 pool connections) a reader keeps to one host, unless told otherwise
 
 
-def raise_zarr_concurrency(at_least: int = READ_CONCURRENCY) -> None:
-    """Let zarr ask for up to ``at_least`` keys at once (its ``async.concurrency``; a higher setting is kept)."""
+def raise_zarr_concurrency(at_least: int = READ_CONCURRENCY, batch: int = READ_BATCH) -> None:
+    """Let zarr ask for up to ``at_least`` keys at once (its ``async.concurrency``) and handle ``batch``
+    chunks per task (its ``codec_pipeline.batch_size``: with 1, each of a window's 800 chunks was a task,
+    a gather and a wake-up of its own, 0.19-0.21 s of a 0.06 s fetch; with 128, 0.13-0.15 s in the same
+    run, P10).  A higher setting is kept; arrays opened after this take the batch size."""
     import zarr
 
     if int(zarr.config.get("async.concurrency") or 0) < at_least:
         zarr.config.set({"async.concurrency": at_least})
+    if int(zarr.config.get("codec_pipeline.batch_size") or 0) < batch:
+        zarr.config.set({"codec_pipeline.batch_size": batch})
 
 
 @dataclass
