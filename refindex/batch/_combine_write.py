@@ -65,11 +65,8 @@ def sorted_rows(name: str, a: OutArray) -> tuple[np.ndarray, np.ndarray]:
     return lin, order
 
 
-def chunk_key(coords: np.ndarray) -> str:
-    return ".".join(str(int(c)) for c in coords) if len(coords) else "0"
-
-
 def json_refs(out: OutLayout) -> dict[str, Any]:
+    from ..model import chunk_keys
     from ..writers import consolidated, metadata_json
 
     meta = metadata(out)
@@ -78,8 +75,9 @@ def json_refs(out: OutLayout) -> dict[str, Any]:
     blob = memoryview(out.inline)
     for name, a in out.arrays.items():
         ndim = len(a.zarray["shape"])
-        for pos, u, off, size in zip(a.coords, a.url.tolist(), a.offset.tolist(), a.size.tolist()):
-            key = f"{name}/{chunk_key(pos[:ndim])}"
+        keys = chunk_keys(a.coords[:, :ndim])
+        for key, u, off, size in zip(keys, a.url.tolist(), a.offset.tolist(), a.size.tolist()):
+            key = f"{name}/{key}"
             if u < 0:
                 refs[key] = "base64:" + base64.standard_b64encode(blob[off:off + size]).decode("ascii")
             else:
