@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import math
 import os
-import shutil
-import tempfile
 from typing import Any, Iterator
 
 import numpy as np
@@ -134,7 +132,7 @@ def write_parquet_folder(out: OutLayout, folder: str, record_size: int) -> None:
 def write_combined(out: OutLayout, output: str, storage_options: dict[str, Any] | None,
                    record_size: int | None = None) -> None:
     """Write ``out`` at ``output`` (JSON or parquet by its name), whole or not at all."""
-    from ..writers import DEFAULT_RECORD_SIZE, atomic_folder, dumps, output_error, prepare_destination, write_json
+    from ..writers import DEFAULT_RECORD_SIZE, atomic_folder, dumps, prepare_destination, write_json
 
     record_size = record_size or DEFAULT_RECORD_SIZE
 
@@ -154,15 +152,10 @@ def write_combined(out: OutLayout, output: str, storage_options: dict[str, Any] 
         with atomic_folder(path) as tmp:
             write_parquet_folder(out, tmp, record_size)
         return
-    from ._task import put_folder
+    from ._task import written_then_put
 
-    tmp = tempfile.mkdtemp(prefix="refindex-combine-")
-    try:
-        write_parquet_folder(out, tmp, record_size)
-        fs, p = urls.filesystem(output, storage_options)
-        try:
-            put_folder(fs, tmp, p)
-        except Exception as e:
-            raise output_error(e, output) from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    def write(local: str) -> None:
+        os.makedirs(local)
+        write_parquet_folder(out, local, record_size)
+
+    written_then_put(output, storage_options, True, write)

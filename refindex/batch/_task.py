@@ -152,19 +152,28 @@ def _write(task: Task) -> dict[str, Any]:
     protocol, path = urls.split(task.index)
     if protocol == "file":
         return dict(write_index(task.source, path, task.options, format=task.format, record_size=task.record_size))
+    return dict(written_then_put(task.index, task.options.storage_options, task.format == "parquet", lambda local:
+                                 write_index(task.source, local, task.options, format=task.format,
+                                             record_size=task.record_size)))
+
+
+def written_then_put(index: str, storage_options: dict[str, Any] | None, folder: bool, write: Any) -> Any:
+    """``write(local)`` of an index into a temporary place, then put at the remote ``index``: a JSON file
+    in one PUT (the object appears whole or not at all), a parquet folder by :func:`put_folder`.
+    Returns what ``write`` returned; a failed upload is an error naming ``index``."""
     tmp = tempfile.mkdtemp(prefix="refindex-batch-")
     try:
-        local = os.path.join(tmp, "index" + (".refs.parq" if task.format == "parquet" else ".refs.json"))
-        summary = write_index(task.source, local, task.options, format=task.format, record_size=task.record_size)
+        local = os.path.join(tmp, "index" + (".refs.parq" if folder else ".refs.json"))
+        done = write(local)
         try:
-            fs, remote = urls.filesystem(task.index, task.options.storage_options)
-            if task.format == "parquet":
+            fs, remote = urls.filesystem(index, storage_options)
+            if folder:
                 put_folder(fs, local, remote)
             else:
-                fs.put_file(local, remote)  # one PUT: the object appears whole or not at all
+                fs.put_file(local, remote)
         except Exception as e:
-            raise output_error(e, task.index) from e
-        return dict(summary)
+            raise output_error(e, index) from e
+        return done
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
