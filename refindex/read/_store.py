@@ -42,7 +42,7 @@ GATHER_TURNS = 8  # loop turns a batch may wait for keys still arriving (zarr ha
 CONNECTIONS = 256  # HTTP connections (and S3 pool connections) a reader keeps to one host, unless told otherwise
 
 
-def raise_zarr_concurrency(at_least: int = READ_CONCURRENCY, batch: int = READ_BATCH) -> None:
+def raise_zarr_settings(at_least: int = READ_CONCURRENCY, batch: int = READ_BATCH) -> None:
     """Let zarr ask for up to ``at_least`` keys at once (its ``async.concurrency``) and handle ``batch``
     chunks per task (its ``codec_pipeline.batch_size``: with 1, each of a window's 800 chunks was a task,
     a gather and a wake-up of its own, 0.19-0.21 s of a 0.06 s fetch; with 128, 0.13-0.15 s in the same
@@ -112,7 +112,7 @@ class IndexStore(Store):
         self._turn_keys: list[str] = []  # referenced keys asked for since the last flush
         self._guessed: set[str] = set()  # keys fetched ahead along a scan, not asked for yet
         self.stats = FetchStats()
-        raise_zarr_concurrency()
+        raise_zarr_settings()
 
     def __str__(self) -> str:
         return self._label
