@@ -82,6 +82,15 @@ def _serve_archive(server, archive: dict[str, bytes], names: list[str]) -> list[
     return [server.put(n, archive[n]) for n in names]
 
 
+def _gated(server, archive, names) -> tuple[list[str], "_AllAsked"]:
+    """The files served, each one's first range held until every file's has been asked for."""
+    urls_ = _serve_archive(server, archive, names)
+    gate = _AllAsked(names)
+    for n in names:
+        server.held[(n, 0)] = gate.gate(n)
+    return urls_, gate
+
+
 def _index_bytes(report) -> dict[str, bytes]:
     return {os.path.basename(r.source): Path(r.index).read_bytes() for r in report.results}
 
@@ -92,10 +101,7 @@ def test_files_in_flight_write_the_indexes_of_a_file_at_a_time_scan(archive, tmp
     the same bytes as a batch that scans one file at a time."""
     names = sorted(archive)[:N_FILES]
     with serve() as server:
-        urls_ = _serve_archive(server, archive, names)
-        gate = _AllAsked(names)
-        for n in names:
-            server.held[(n, 0)] = gate.gate(n)
+        urls_, gate = _gated(server, archive, names)
         grouped = run_batch(urls_, output=tmp_path / "grouped", manifest=tmp_path / "g.jsonl", workers=1,
                             in_flight=N_FILES, progress=False, timeout=60)
         assert gate.all_at_once and not gate.late
@@ -137,10 +143,7 @@ def test_dask_local_cluster_runs_the_groups(archive, tmp_path):
     distributed = pytest.importorskip("distributed")
     names = sorted(archive)[:N_FILES]
     with serve() as server:
-        urls_ = _serve_archive(server, archive, names)
-        gate = _AllAsked(names)
-        for n in names:
-            server.held[(n, 0)] = gate.gate(n)
+        urls_, gate = _gated(server, archive, names)
         with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
                                       dashboard_address=None) as cluster, distributed.Client(cluster) as client:
             report = run_batch(urls_, output=tmp_path / "dask", manifest=tmp_path / "d.jsonl", dask=client,
