@@ -70,7 +70,7 @@ def _store(reader: str, path: str, work: Path):
     if reader.endswith("icechunk"):
         import icechunk as ic
 
-        from refindex.writers.icechunk import credentials_for, declared_containers
+        from refindex.formats.icechunk import credentials_for, declared_containers
 
         repo = work / "repo"
         refindex.scan_to_icechunk(path, repo)

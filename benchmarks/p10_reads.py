@@ -208,7 +208,7 @@ def child_window(reader: str, target: str, name: str, counts_url: str) -> dict[s
         import zarr
 
         from refindex.codecs import register_v3_codecs
-        from refindex.writers.icechunk import credentials_for, declared_containers
+        from refindex.formats.icechunk import credentials_for, declared_containers
 
         _warm_zarr()
         register_v3_codecs()

@@ -77,7 +77,7 @@ def child_read(repo: str) -> dict[str, Any]:
     import zarr
 
     from refindex.codecs import register_v3_codecs
-    from refindex.writers.icechunk import credentials_for, declared_containers
+    from refindex.formats.icechunk import credentials_for, declared_containers
 
     register_v3_codecs()
     ic.set_logs_filter("error")

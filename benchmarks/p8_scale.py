@@ -178,14 +178,14 @@ def child_kerchunk_local(src: str, out: str) -> dict[str, Any]:
 
 def child_writers(src: str, out: str) -> dict[str, Any]:
     """The writers alone: one scan, then the JSON and the parquet index of its 10^6 chunks."""
-    from refindex import writers
+    from refindex import formats
     from refindex.options import ScanOptions
     from refindex.pipeline import scan_tree
 
     tree = scan_tree(src, ScanOptions(inline_threshold=0))
     res: dict[str, Any] = {"seconds": 0.0}
-    for name, write, path in (("json", writers.write_json_stream, out + ".json"),
-                              ("parquet", writers.write_parquet, out + ".parq")):
+    for name, write, path in (("json", formats.write_json_stream, out + ".json"),
+                              ("parquet", formats.write_parquet, out + ".parq")):
         _, res[name] = timed(lambda: write(tree, path))
         res[name + "_bytes"] = path_size(path)
     return res

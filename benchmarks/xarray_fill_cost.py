@@ -27,20 +27,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 def sizes(path: str) -> tuple[int, int, int, int, list[str]]:
     """(bytes with fills, bytes without, keys with, keys without, arrays left masked) of ``path``'s v2 index."""
-    from refindex import pipeline, writers
+    from refindex import formats, pipeline
     from refindex.conventions import _fills
     from refindex.options import ScanOptions
 
     opts = ScanOptions(on_unsupported="skip")
     scanned = pipeline.scan_source(path, opts)
-    with_fills = writers.to_refs(pipeline.prepare_tree(copy.deepcopy(scanned), opts))
+    with_fills = formats.to_refs(pipeline.prepare_tree(copy.deepcopy(scanned), opts))
     real = _fills.xarray_fill_values
     _fills.xarray_fill_values = lambda tree: None
     try:
         import refindex.conventions._plain as plain
 
         plain.xarray_fill_values = _fills.xarray_fill_values
-        without = writers.to_refs(pipeline.prepare_tree(scanned, opts))
+        without = formats.to_refs(pipeline.prepare_tree(scanned, opts))
     finally:
         _fills.xarray_fill_values = real
         plain.xarray_fill_values = real

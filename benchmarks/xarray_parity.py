@@ -62,7 +62,7 @@ def open_route(route: str, path: str, tmp: str) -> Any:
     if route == "icechunk":
         import icechunk as ic
 
-        from refindex.writers.icechunk import credentials_for, declared_containers
+        from refindex.formats.icechunk import credentials_for, declared_containers
 
         repo = os.path.join(tmp, "repo")
         refindex.scan_to_icechunk(path, repo, on_unsupported="skip")

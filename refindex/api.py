@@ -96,7 +96,7 @@ def scan_to_icechunk(source: str | os.PathLike, repository: str | os.PathLike, *
     ``on_unsupported="skip"`` is left out and listed in ``skipped``.
     Returns a summary: ``snapshot``, ``group``, ``containers``, counts, ``skipped``.
     """
-    from .writers.icechunk import IcechunkTarget
+    from .formats.icechunk import IcechunkTarget
 
     opts = options_from(options, keywords)
     target = IcechunkTarget(os.fspath(repository), branch=branch, group=group,

@@ -167,7 +167,7 @@ def scan_job(source: str, output: str, options: Any, format: str, record_size: i
 
 def icechunk_target(args: argparse.Namespace) -> Any:
     """Where ``refindex scan --format icechunk`` commits."""
-    from .writers.icechunk import IcechunkTarget
+    from .formats.icechunk import IcechunkTarget
 
     repo_options = args.repository_options if args.repository_options is not None else args.storage_options
     return IcechunkTarget(args.output, branch=args.branch, group=args.group, storage_options=repo_options,
@@ -197,7 +197,7 @@ def isolated(job: Any, kwargs: dict[str, Any], args: argparse.Namespace, output:
 
     def cleanup(pid: int) -> None:
         if output is not None and urls.is_local(output):
-            from .writers import remove_leftovers
+            from .formats import remove_leftovers
 
             remove_leftovers(urls.split(output)[1], pid)
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
-from . import codecs, conventions, safety, urls, writers
+from . import codecs, conventions, formats, safety, urls
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of
@@ -153,7 +153,7 @@ def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
         chosen, refused = conventions.apply_v3(tree, options.convention)
         for path, reason in refused:
             refuse(tree, options, file, path, reason)
-        listed = writers.v3.codecs_of
+        listed = formats.v3.codecs_of
     else:
         chosen = conventions.apply(tree, options.convention)
         listed = _v2_codec_ids
@@ -165,7 +165,7 @@ def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
 
 
 def _v2_codec_ids(tree: Tree) -> list[str]:
-    return codecs.codec_ids(writers.zarray(a) for a in tree.arrays.values())
+    return codecs.codec_ids(formats.zarray(a) for a in tree.arrays.values())
 
 
 def refuse(tree: Tree, options: ScanOptions, file: str, path: str, reason: str) -> None:
@@ -189,11 +189,11 @@ def check_readable(tree: Tree, options: ScanOptions, file: str) -> None:
 def array_refusal(node: Any, options: ScanOptions) -> str | None:
     """Why an index of ``options.zarr_format`` cannot hold this array (None: it can)."""
     if options.zarr_format != 3:
-        why = codecs.zarr_refusal(writers.zarray(node))
+        why = codecs.zarr_refusal(formats.zarray(node))
         return None if why is None else f"zarr cannot open the array this dataset would become ({why})"
     try:
-        doc = writers.v3.array_document(node, portable=options.portable)
-    except writers.v3.NoV3Form as e:
+        doc = formats.v3.array_document(node, portable=options.portable)
+    except formats.v3.NoV3Form as e:
         return f"no zarr v3 form: {e}"
     why = codecs.zarr_refusal_v3(doc)
     if why is not None:
@@ -237,7 +237,7 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
 
 def refs_of_tree(tree: Tree, options: ScanOptions) -> RefsDocument:
     """The RFS dict of a prepared Tree, through the safety gate."""
-    refs = writers.v3.to_refs(tree) if options.zarr_format == 3 else writers.to_refs(tree)
+    refs = formats.v3.to_refs(tree) if options.zarr_format == 3 else formats.to_refs(tree)
     safety.check_publishable(refs, options.storage_options, file=tree.url)
     return refs
 
@@ -294,44 +294,44 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
         raise RefindexError("a single scan writes a local index file; to write indexes into object storage "
                             "use refindex batch SOURCE -o URL (run_batch(..., output=URL)), or upload the file",
                             file=os.fspath(output))
-    writers.check_writable(urls.split(os.fspath(output))[1])  # before the scan: no work spent in vain
+    formats.check_writable(urls.split(os.fspath(output))[1])  # before the scan: no work spent in vain
     if format == "parquet":
         if options.follow_external or options.isolate:
             raise RefindexError("follow_external and isolate are not supported with parquet output",
                                 file=os.fspath(source))
         tree = scan_tree(source, options, stats=stats, progress=progress)
-        size = record_size or writers.DEFAULT_RECORD_SIZE
+        size = record_size or formats.DEFAULT_RECORD_SIZE
         if options.zarr_format == 3:
-            safety.check_publishable(writers.v3.head_refs(tree), options.storage_options, file=tree.url)
-            summary = writers.v3.write_parquet(tree, output, record_size=size)
+            safety.check_publishable(formats.v3.head_refs(tree), options.storage_options, file=tree.url)
+            summary = formats.v3.write_parquet(tree, output, record_size=size)
         else:
-            safety.check_publishable(writers.head_refs(tree), options.storage_options, file=tree.url)
-            summary = writers.write_parquet(tree, output, record_size=size)
+            safety.check_publishable(formats.head_refs(tree), options.storage_options, file=tree.url)
+            summary = formats.write_parquet(tree, output, record_size=size)
         return WriteSummary(format="parquet", skipped=list(tree.skipped), arrays=len(tree.arrays),
                             source=dict(tree.provenance["source"]), **summary)
     if keep_refs or options.follow_external or options.isolate:
         refs = scan_refs(source, options, stats=stats, progress=progress)
         if options.follow_external:
             write_external(refs, output)
-        writers.write_json(refs, output)
+        formats.write_json(refs, output)
         summary = summary_of(refs, output)
         if keep_refs:
             summary["refs"] = refs
         return summary
     tree = scan_tree(source, options, stats=stats, progress=progress)
     if options.zarr_format == 3:
-        head = writers.v3.head_refs(tree)
+        head = formats.v3.head_refs(tree)
         safety.check_publishable(head, options.storage_options, file=tree.url)
-        written = writers.v3.write_json(tree, output, head=head)
+        written = formats.v3.write_json(tree, output, head=head)
     else:
-        head = writers.head_refs(tree)
+        head = formats.head_refs(tree)
         safety.check_publishable(head, options.storage_options, file=tree.url)
-        written = writers.write_json_stream(tree, output, head=head)
+        written = formats.write_json_stream(tree, output, head=head)
     return WriteSummary(**written, arrays=len(tree.arrays), source=dict(tree.provenance["source"]))
 
 
 def summary_of(refs: RefsDocument, output: str | os.PathLike) -> WriteSummary:
-    """What :func:`refindex.writers.write_json_stream` returns, for an index written from its dict."""
+    """What :func:`refindex.formats.write_json_stream` returns, for an index written from its dict."""
     r = refs.get("refs", {})
     prov = refs.get("refindex") or {}
     if prov.get("zarr_format") == 3:
@@ -367,7 +367,7 @@ def write_external(refs: RefsDocument, output: str | os.PathLike) -> None:
                 i += 1
                 name = f"{base}.{i}.refs.json"
             used.add(name)
-            writers.write_json(sub, os.path.join(folder, name))
+            formats.write_json(sub, os.path.join(folder, name))
             entry["index"] = name  # relative to the folder of the index that names it
 
     walk(refs)
@@ -386,7 +386,7 @@ def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dic
         return in_worker(icechunk_tree_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
     check_strict_attributes(tree, options, tree.url)
-    safety.check_publishable(writers.v3.head_refs(tree), options.storage_options, file=tree.url)
+    safety.check_publishable(formats.v3.head_refs(tree), options.storage_options, file=tree.url)
     return tree
 
 
@@ -401,7 +401,7 @@ def check_strict_attributes(tree: Tree, options: ScanOptions, file: str) -> None
     the attribute, or (``on_unsupported="skip"``) is left out and recorded in ``skipped``."""
     nodes = [(p, g.attrs) for p, g in tree.groups.items()] + [(p, a.attrs) for p, a in tree.arrays.items()]
     for path, attrs in nodes:
-        for name in writers.icechunk.non_finite_attributes({"attributes": attrs}):
+        for name in formats.icechunk.non_finite_attributes({"attributes": attrs}):
             reason = (f"attribute {name!r} holds NaN or an infinity, which an Icechunk repository cannot store "
                       "(its metadata is strict JSON)")
             if options.on_unsupported != "skip":
@@ -410,7 +410,7 @@ def check_strict_attributes(tree: Tree, options: ScanOptions, file: str) -> None
             tree.skipped.append({"path": path, "attribute": name, "reason": reason})
 
 
-def write_icechunk_index(source: str | os.PathLike, target: "writers.icechunk.IcechunkTarget", options: ScanOptions,
+def write_icechunk_index(source: str | os.PathLike, target: "formats.icechunk.IcechunkTarget", options: ScanOptions,
                          *, stats: dict[str, Any] | None = None,
                          progress: ProgressSetting = None) -> WriteSummary:
     """Scan ``source`` and commit its index into the Icechunk repository ``target`` (one commit;
@@ -418,4 +418,4 @@ def write_icechunk_index(source: str | os.PathLike, target: "writers.icechunk.Ic
     tree = icechunk_tree(source, options, stats=stats, progress=progress)
     if target.source_options is None:
         target = replace(target, source_options=dict(options.storage_options))
-    return WriteSummary(**writers.icechunk.write_icechunk(tree, target, version=__version__))
+    return WriteSummary(**formats.icechunk.write_icechunk(tree, target, version=__version__))

@@ -12,7 +12,7 @@ import sys
 
 import architecture  # noqa: E402  (tests/ is on sys.path under pytest)
 
-LOWER = ("refindex.source", "refindex.scanner", "refindex.codecs", "refindex.conventions", "refindex.writers")
+LOWER = ("refindex.source", "refindex.scanner", "refindex.codecs", "refindex.conventions", "refindex.formats")
 HIGHER = ("refindex.pipeline", "refindex.api", "refindex.read", "refindex.batch", "refindex.cli")
 MODULES = architecture.load()
 

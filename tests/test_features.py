@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import writers
+from refindex import formats
 
 from conftest import (
     assert_chunk_referenced,
@@ -802,8 +802,8 @@ def _mixed_file(path):
 
 def test_deterministic_output(h5path):
     _mixed_file(h5path)
-    first = writers.dumps(refindex.scan(str(h5path)))
-    second = writers.dumps(refindex.scan(str(h5path)))
+    first = formats.dumps(refindex.scan(str(h5path)))
+    second = formats.dumps(refindex.scan(str(h5path)))
     assert first == second
 
 

@@ -854,7 +854,7 @@ def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path)
             # as libhdf5 reads it
             assert stats(f).fetch.round_trips - before == 3
             np.testing.assert_array_equal(f["x"][:], want["x"][:])
-    from refindex.writers import pages_of_document
+    from refindex.formats import pages_of_document
 
     starts, ends = pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
     assert int((ends - starts).sum()) > INDEX_MAX

@@ -42,7 +42,7 @@ import refindex
 from refindex import cli, forked
 from refindex.cli import main as cli_main
 from refindex.errors import WorkerCrashed
-from refindex.writers import atomic_folder, remove_leftovers
+from refindex.formats import atomic_folder, remove_leftovers
 
 ROOT = Path(refindex.__file__).resolve().parents[1]  # the checkout under test, whatever is installed
 

@@ -25,10 +25,10 @@ from corpus import sampled
 from test_v3 import NO_CORPUS, ROWS, all_arrays, assert_same_as_v2, hdf5_nwb, nwb_read, open2, roundtrip
 
 import refindex
-from refindex import pipeline, writers
+from refindex import formats, pipeline
 from refindex.options import ScanOptions
 from refindex.read import IcechunkIndex
-from refindex.writers.icechunk import IcechunkTarget
+from refindex.formats.icechunk import IcechunkTarget
 
 pytest.importorskip("icechunk")
 nwb3 = test_v3.nwb3  # the NWB test files (fixture), and hdmf-zarr ios closed after each test
@@ -60,7 +60,7 @@ def make_file(path, scale: float = 1.0, *, nan_attr: bool = False) -> None:
 def history(repo: str, storage_options=None, branch: str = "main") -> list[str]:
     import icechunk as ic
 
-    from refindex.writers.icechunk import storage_of
+    from refindex.formats.icechunk import storage_of
 
     r = ic.Repository.open(storage_of(repo, storage_options))
     return [s.id for s in r.ancestry(branch=branch)]
@@ -182,7 +182,7 @@ def test_failure_half_way_through_the_write_leaves_history_unchanged(tmp_path, m
     refindex.scan_to_icechunk(src, repo, group="a", **REFERENCED)
     before = history(str(repo))
     calls = []
-    real = writers.icechunk.write_refs
+    real = formats.icechunk.write_refs
 
     def failing(store, path, *a, **kw):  # refindex's own step, after documents and some refs went in
         calls.append(path)
@@ -190,7 +190,7 @@ def test_failure_half_way_through_the_write_leaves_history_unchanged(tmp_path, m
             raise refindex.RefindexError("injected failure", path="/" + path)
         return real(store, path, *a, **kw)
 
-    monkeypatch.setattr(writers.icechunk, "write_refs", failing)
+    monkeypatch.setattr(formats.icechunk, "write_refs", failing)
     for group in ("a", "b"):  # replacing a group, adding one
         calls.clear()
         with pytest.raises(refindex.RefindexError, match="injected failure") as e:
@@ -221,7 +221,7 @@ def test_cli_scan_and_read_commands(tmp_path):
 
 
 def test_import_refindex_loads_no_icechunk():
-    code = "import sys, refindex, refindex.read, refindex.writers; print('icechunk' in sys.modules)"
+    code = "import sys, refindex, refindex.read, refindex.formats; print('icechunk' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
@@ -236,7 +236,7 @@ def test_nwb_through_nwbzarrio_over_the_session_store(nwb3, tmp_path, name):
     assert summary["skipped"] == []
     import icechunk as ic
 
-    from refindex.writers.icechunk import credentials_for, declared_containers
+    from refindex.formats.icechunk import credentials_for, declared_containers
 
     storage = ic.local_filesystem_storage(str(repo))
     containers = declared_containers(ic.Repository.fetch_config(storage))  # exactly what it declares
@@ -336,8 +336,8 @@ def test_corpus_icechunk_reads_like_v2(row, tmp_path):
     # Icechunk's strict-JSON refusals come on top, attributes only
     assert t3.skipped[:len(t2.skipped)] == t2.skipped
     assert all("NaN" in s["reason"] for s in t3.skipped[len(t2.skipped):])
-    writers.icechunk.write_icechunk(t3, IcechunkTarget(str(tmp_path / "repo"), group="f"))
-    a2 = all_arrays(open2(roundtrip(writers.to_refs(t2))))
+    formats.icechunk.write_icechunk(t3, IcechunkTarget(str(tmp_path / "repo"), group="f"))
+    a2 = all_arrays(open2(roundtrip(formats.to_refs(t2))))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a3 = all_arrays(refindex.open(tmp_path / "repo", group="f"))
@@ -364,7 +364,7 @@ def _plain_zarr(repo, group: str) -> zarr.Group:
     """The group through zarr alone, on a read-only session authorizing what the repository declares."""
     import icechunk as ic
 
-    from refindex.writers.icechunk import credentials_for, declared_containers
+    from refindex.formats.icechunk import credentials_for, declared_containers
 
     storage = ic.local_filesystem_storage(str(repo))
     containers = declared_containers(ic.Repository.fetch_config(storage))
@@ -441,14 +441,14 @@ def test_batch_file_failing_half_way_through_its_write_leaves_nothing_of_itself(
     before = history(str(repo))
     make_file(files["a"], 9.0)
     make_file(files["b"], 8.0)
-    real = writers.icechunk.write_refs
+    real = formats.icechunk.write_refs
 
     def failing(store, path, *a, **kw):  # refindex's own step, after the group's documents went in
         if path.startswith("a.h5/sub"):
             raise refindex.RefindexError("injected failure", path="/" + path)
         return real(store, path, *a, **kw)
 
-    monkeypatch.setattr(writers.icechunk, "write_refs", failing)
+    monkeypatch.setattr(formats.icechunk, "write_refs", failing)
     report = run_batch([str(p) for p in files.values()], output=repo, format="icechunk", workers=0,
                        progress=False, **REFERENCED)
     assert [r.source for r in report.failed] == [str(files["a"])] and "injected failure" in report.failed[0].error

@@ -27,7 +27,7 @@ import pytest
 import zarr
 
 import refindex
-from refindex import pipeline, writers
+from refindex import formats, pipeline
 from refindex.codecs import lost_type
 from refindex.options import ScanOptions
 from refindex.read._attrtypes import restored
@@ -100,13 +100,13 @@ def both(path):
     scanned = pipeline.scan_source(str(path), opts)
     t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
     t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
-    return _json(writers.to_refs(t2)), _json(writers.v3.to_refs(t3))
+    return _json(formats.to_refs(t2)), _json(formats.v3.to_refs(t3))
 
 
 def icechunk_store(path, repo):
     import icechunk as ic
 
-    from refindex.writers.icechunk import credentials_for, declared_containers
+    from refindex.formats.icechunk import credentials_for, declared_containers
 
     refindex.scan_to_icechunk(path, repo)
     storage = ic.local_filesystem_storage(str(repo))

@@ -250,7 +250,7 @@ def test_new_index_files_follow_the_umask(filters_file: Path, tmp_path: Path) ->
         refindex.scan_to_file(filters_file, tmp_path / "a.json")
         refindex.scan_to_file(filters_file, tmp_path / "p.parquet", format="parquet")
         refs = refindex.scan(filters_file)
-        from refindex.writers import write_json
+        from refindex.formats import write_json
 
         write_json(refs, tmp_path / "b.json")
         report = refindex.run_batch([str(filters_file)], output=str(tmp_path / "batch"), workers=0, progress=False)

@@ -203,7 +203,7 @@ def test_object_model_lists_every_node(tmp_path):
     # Same model from the index dict and from a written index file.
     refs = refindex.scan(str(path))
     out = tmp_path / "sample.refs.json"
-    refindex.writers.write_json(refs, out)
+    refindex.formats.write_json(refs, out)
     assert schema.zom_json(refindex.object_model(refs)) == schema.zom_json(model)
     assert schema.zom_json(refindex.object_model(str(out))) == schema.zom_json(model)
 

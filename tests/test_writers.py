@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import pipeline, safety, writers
+from refindex import formats, pipeline, safety
 from refindex.options import ScanOptions
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
@@ -21,10 +21,10 @@ from test_features import _mixed_file
 from test_parquet import _build
 
 
-def _same_index(tree: Tree, tmp_path, block: int = writers.STREAM_BLOCK) -> dict:
+def _same_index(tree: Tree, tmp_path, block: int = formats.STREAM_BLOCK) -> dict:
     """Write ``tree`` both ways; assert same bytes and same (key, value) order; return the summary."""
-    writers.write_json(writers.to_refs(tree), tmp_path / "dict.json")
-    summary = writers.write_json_stream(tree, tmp_path / "stream.json", block=block)
+    formats.write_json(formats.to_refs(tree), tmp_path / "dict.json")
+    summary = formats.write_json_stream(tree, tmp_path / "stream.json", block=block)
     want, got = (tmp_path / "dict.json").read_bytes(), (tmp_path / "stream.json").read_bytes()
     a, b = json.loads(want), json.loads(got)
     assert list(a) == list(b) and list(a["refs"].items()) == list(b["refs"].items())
@@ -97,14 +97,14 @@ def test_atomic_on_failure(tmp_path):
                                      refs=ChunkTable(np.arange(4).reshape(4, 1), np.array([1, 2, 3, -1]),
                                                      np.ones(4, np.int64)))
     with pytest.raises(RefindexError, match="cannot write the index as JSON"):
-        writers.write_json_stream(broken, out, block=1)
+        formats.write_json_stream(broken, out, block=1)
     assert out.read_text() == "previous index"
     assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]  # no temporary left behind
 
     bad = Tree(url="f.h5")
     bad.arrays["/bad\udcff"] = ArrayNode("/bad\udcff", (1,), (1,), "<u1", 0, inline={"0": b"x"})
     with pytest.raises(RefindexError, match="cannot write the index as JSON"):
-        writers.write_json_stream(bad, tmp_path / "new.json")
+        formats.write_json_stream(bad, tmp_path / "new.json")
     assert sorted(os.listdir(tmp_path)) == ["mixed.h5", "out.json"]
 
 
@@ -114,11 +114,11 @@ def test_safety_gate_guards_every_index(tmp_path):
     t.groups["/"] = GroupNode("/")
     t.arrays["/x"] = ArrayNode("/x", (1,), (1,), "<u1", 0, compressor={"id": "pickle"}, inline={"0": b"x"})
     with pytest.raises(RefindexError, match="allowlist"):
-        safety.check_publishable(writers.head_refs(t), None)
+        safety.check_publishable(formats.head_refs(t), None)
     t.arrays["/x"].compressor = None
     with pytest.raises(RefindexError, match="secret"):
-        safety.check_publishable(writers.head_refs(t), {"token": "abcd1234secret"})
-    safety.check_publishable(writers.head_refs(t), {"token": "other"})
+        safety.check_publishable(formats.head_refs(t), {"token": "abcd1234secret"})
+    safety.check_publishable(formats.head_refs(t), {"token": "other"})
 
 
 def test_scan_to_file_streamed_reads_back(tmp_path):
@@ -160,12 +160,12 @@ def test_format_rows_equals_percent_formatting(dtype):
             a = rng.integers(0, 1_000, n)
             b = rng.integers(0, hi, n, dtype=dtype, endpoint=True)
             want = b"".join(b',"x/%d.%d":["{{u}}",%d]' % (i, j, 31) for i, j in zip(a.tolist(), b.tolist()))
-            got = writers.format_rows([b',"x/', a, b".", b, b'":["{{u}}",', np.full(n, 31), b"]"])
+            got = formats.format_rows([b',"x/', a, b".", b, b'":["{{u}}",', np.full(n, 31), b"]"])
             assert got == want
     edge = np.array([0, 9, 10, 9_999, 10_000, 2**63 - 1, 2**63, 2**64 - 1], np.uint64)
-    assert writers.format_rows([b"<", edge, b">"]) == b"".join(b"<%d>" % v for v in edge.tolist())
+    assert formats.format_rows([b"<", edge, b">"]) == b"".join(b"<%d>" % v for v in edge.tolist())
     with pytest.raises(ValueError, match="negative"):
-        writers.format_rows([b"<", np.array([3, -1]), b">"])
+        formats.format_rows([b"<", np.array([3, -1]), b">"])
 
 
 def test_inline_rows_matches_comparing_keys_as_text():

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import pipeline, writers
+from refindex import formats, pipeline
 from refindex.options import ScanOptions
 from refindex.testing.builders import write_fill_values
 
@@ -132,9 +132,9 @@ def icechunk_opener(tree: Any, where: Path) -> Any:
     """The tree committed to a new Icechunk repository: a function group -> xarray Dataset over it."""
     import icechunk as ic
 
-    from refindex.writers.icechunk import IcechunkTarget, credentials_for, declared_containers
+    from refindex.formats.icechunk import IcechunkTarget, credentials_for, declared_containers
 
-    writers.icechunk.write_icechunk(tree, IcechunkTarget(str(where)))
+    formats.icechunk.write_icechunk(tree, IcechunkTarget(str(where)))
     storage = ic.local_filesystem_storage(str(where))
     creds = credentials_for(declared_containers(ic.Repository.fetch_config(storage)), None)
     store = ic.Repository.open(storage, authorize_virtual_chunk_access=creds).readonly_session("main").store
@@ -190,13 +190,13 @@ def test_corpus_file_in_xarray_as_in_h5netcdf(row, tmp_path, monkeypatch):
         opts = ScanOptions(on_unsupported="skip")
         scanned = pipeline.scan_source(path, opts)
         t2 = pipeline.prepare_tree(copy.deepcopy(scanned) if is_netcdf(row) else scanned, opts)
-        refs2 = json.loads(json.dumps(writers.to_refs(t2), allow_nan=True))
+        refs2 = json.loads(json.dumps(formats.to_refs(t2), allow_nan=True))
         found = route_differences("v2", lambda g: open_reference(refs2, g), wants)
         # the documented road (issue 44): engine="refindex", refindex's own store under xarray's zarr backend
         found += route_differences("engine", lambda g: open_engine(refs2, g), wants)
         if is_netcdf(row):
             t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
-            refs3 = json.loads(json.dumps(writers.v3.to_refs(t3), allow_nan=True))
+            refs3 = json.loads(json.dumps(formats.v3.to_refs(t3), allow_nan=True))
             # the v3 documents' values are test_v3's (array by array against v2's); here a sample of a
             # file of thousands of variables, their metadata and decoding all
             found += route_differences("v3", lambda g: open_reference(refs3, g), wants, sample=True)

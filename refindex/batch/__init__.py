@@ -83,7 +83,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
 from ..progress import ProgressSetting, progress_bar
-from ..writers.icechunk import IcechunkTarget
+from ..formats.icechunk import IcechunkTarget
 from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location
@@ -311,7 +311,7 @@ def icechunk_manifest(repo: str) -> str:
 
 def writer_containers(ice: IcechunkBatch) -> list[str]:
     """The container prefixes the repository declares (what a reader authorizes)."""
-    from ..writers.icechunk import declared_containers
+    from ..formats.icechunk import declared_containers
 
     return declared_containers(ice.repo.config) if ice.repo is not None else []
 

@@ -4,7 +4,7 @@
 or under ``output``) and their manifest says which are new or changed, so a re-run with more
 inputs scans only those; the combine is made again from every file's index (reading an index
 is cheap, scanning a file is not) and replaces the repository's root dataset in **one new
-commit** (Icechunk's writer: :func:`refindex.writers.icechunk.write_icechunk`).  A file that
+commit** (Icechunk's writer: :func:`refindex.formats.icechunk.write_icechunk`).  A file that
 changed gets its new references; an input of the previous run that is gone fails the run
 naming it, before anything is written.  The arrays become v3 documents as a v3 index's do:
 dimension names in ``dimension_names``, ``_FillValue`` in xarray's v3 encoding.
@@ -56,7 +56,7 @@ def tree_of(out: OutLayout, provenance: dict[str, Any]) -> Any:
 def write_combined_icechunk(out: OutLayout, target: Any, sources: list[str]) -> str:
     """Replace the root dataset of ``target``'s branch with ``out``, one commit; returns the snapshot id."""
     from .. import __version__
-    from ..writers.icechunk import write_icechunk
+    from ..formats.icechunk import write_icechunk
 
     prov = {"combined": {"files": out.files, "sources": len(sources)}}
     summary = write_icechunk(tree_of(out, prov), target, version=__version__)

@@ -65,7 +65,7 @@ def sorted_rows(name: str, a: OutArray) -> tuple[np.ndarray, np.ndarray]:
 
 def json_refs(out: OutLayout) -> dict[str, Any]:
     from ..model import chunk_keys
-    from ..writers import consolidated, metadata_json
+    from ..formats import consolidated, metadata_json
 
     meta = metadata(out)
     refs: dict[str, Any] = {k: metadata_json(v) for k, v in meta.items()}
@@ -87,7 +87,7 @@ def records(a: OutArray, lin: np.ndarray, order: np.ndarray, out: OutLayout, rec
     """One pyarrow Table per record of ``a`` (every record, empty ones too, as fsspec expects)."""
     import pyarrow as pa
 
-    from ..writers import blobs, numbers
+    from ..formats import blobs, numbers
 
     total = math.prod(grid_of(a))
     url, offset, size = a.url[order], a.offset[order], a.size[order]
@@ -115,7 +115,7 @@ def records(a: OutArray, lin: np.ndarray, order: np.ndarray, out: OutLayout, rec
 
 
 def write_parquet_folder(out: OutLayout, folder: str, record_size: int) -> None:
-    from ..writers import ZMETADATA, metadata_json, write_record
+    from ..formats import ZMETADATA, metadata_json, write_record
 
     for name, a in sorted(out.arrays.items()):
         lin, order = sorted_rows(name, a)
@@ -132,7 +132,7 @@ def write_parquet_folder(out: OutLayout, folder: str, record_size: int) -> None:
 def write_combined(out: OutLayout, output: str, storage_options: dict[str, Any] | None,
                    record_size: int | None = None) -> None:
     """Write ``out`` at ``output`` (JSON or parquet by its name), whole or not at all."""
-    from ..writers import DEFAULT_RECORD_SIZE, atomic_folder, dumps, prepare_destination, write_json
+    from ..formats import DEFAULT_RECORD_SIZE, atomic_folder, dumps, prepare_destination, write_json
 
     record_size = record_size or DEFAULT_RECORD_SIZE
 

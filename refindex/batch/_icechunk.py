@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import urls
 from ..errors import RefindexError
-from ..writers import icechunk as writer
+from ..formats import icechunk as writer
 from ._manifest import now_text, source_unchanged
 from ._results import FileResult
 

@@ -20,7 +20,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..options import INDEX_FORM, ScanOptions
 from ..source import file_info, same_mtime
-from ..writers import ZMETADATA, atomic_write_bytes, output_error
+from ..formats import ZMETADATA, atomic_write_bytes, output_error
 from ._inputs import Format, index_location
 from ._listing import listed
 from ._results import FileResult

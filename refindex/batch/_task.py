@@ -19,7 +19,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..options import ScanOptions
 from ..pipeline import icechunk_tree, write_index
-from ..writers import ZMETADATA, output_error
+from ..formats import ZMETADATA, output_error
 from ._inputs import Format
 from ._manifest import now_text
 from ._results import FileResult

@@ -55,7 +55,7 @@ class IcechunkIndex:
             return self._session
         import icechunk as ic
 
-        from ..writers import icechunk as writer  # the repository layout: not needed to tell a JSON index apart
+        from ..formats import icechunk as writer  # the repository layout: not needed to tell a JSON index apart
 
         ic.set_logs_filter("error")
         storage = writer.storage_of(self.repository, self.storage_options)

@@ -113,7 +113,7 @@ def pages_summary(doc: Any) -> dict[str, Any] | None:
         return None
     if "object" in doc:  # an Icechunk repository: an object of its own, named by the commit
         return {"stored_bytes": doc.get("bytes"), "object": doc.get("object")}
-    from ..writers import encoded_size
+    from ..formats import encoded_size
 
     out = {"bytes": doc.get("bytes"), "stored_bytes": encoded_size(doc), "page_size": doc.get("page_size"),
            "chunk_indexes_left_out": len(doc.get("index_ranges") or {})}

@@ -135,7 +135,7 @@ def _cached_entry(entry: Path, storage_options: dict[str, Any] | None) -> RefsDo
 def keep_in_cache(refs: RefsDocument, entry: Path) -> None:
     """Write ``refs`` to the cache ``entry`` atomically; a cache that cannot take it is left as it is."""
     from ..errors import OutputError
-    from ..writers import write_json
+    from ..formats import write_json
 
     try:
         write_json(refs, entry)

@@ -25,7 +25,7 @@ def die_while_writing(source: str, output: str) -> None:
 
     Nothing below a signal runs: the temporary file stays unless the parent removes it.
     """
-    from ..writers import atomic_file
+    from ..formats import atomic_file
 
     with atomic_file(output) as fh:
         fh.write(b"half an index")
@@ -36,7 +36,7 @@ def die_while_writing(source: str, output: str) -> None:
 def hang_while_writing(source: str, output: str, seconds: float = 3600.0) -> None:
     """Start an atomic write of ``output`` and stay in the middle of it (a long scan's write):
     whoever kills the process, or its parent, must find no half-written output afterwards."""
-    from ..writers import atomic_file
+    from ..formats import atomic_file
 
     with atomic_file(output) as fh:
         fh.write(b"half an index")

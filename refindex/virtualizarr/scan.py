@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import conventions, pipeline, writers
+from .. import conventions, formats, pipeline
 from ..errors import NotForXarray
 from ..options import ScanOptions
-from ..writers.v3 import Hierarchy
+from ..formats.v3 import Hierarchy
 
 NWB_HINT = ("an HDMF/NWB file (object references, links and ragged tables that xarray cannot model): index it "
             "with refindex.scan_to_file(path, out, zarr_format=3) and read it with hdmf-zarr's NWBZarrIO "
@@ -47,7 +47,7 @@ def scan_hierarchy(source: str, options: ScanOptions) -> Scan:
     if chosen == "hdmf" and options.convention == "auto":
         raise NotForXarray(f"not served to xarray: {NWB_HINT}", file=scanned.label)
     tree = pipeline.prepare_tree(scanned, options.but(convention=chosen))
-    return Scan(writers.v3.hierarchy(tree), tree.url, list(tree.skipped), chosen)
+    return Scan(formats.v3.hierarchy(tree), tree.url, list(tree.skipped), chosen)
 
 
 def scan_hierarchy_job(source: str, options: ScanOptions) -> Scan:

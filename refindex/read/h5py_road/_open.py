@@ -21,7 +21,7 @@ from ... import urls
 from ...errors import RefindexError, RefindexWarning
 from ...model import V3_KEYS, Pages, key_of
 from ...source import RangeFetcher, in_thread
-from ...writers import InlineBytes, pages_of_document
+from ...formats import InlineBytes, pages_of_document
 from .._load import parquet_metadata
 from .._names import CacheSetting
 from .._open import ReadOptions, SourceCheck, Span, load_judges, opened_icechunk, prepare_unchecked
@@ -162,7 +162,7 @@ def prepared(target: Any, *, storage_options: dict[str, Any] | None, remote_opti
     ic = opened_icechunk(target, storage_options=storage_options, remote_options=remote_options, group=group,
                          branch=branch, snapshot=snapshot, check_source=check_source)  # checked here
     if ic is not None:
-        from ...writers.icechunk import read_pages
+        from ...formats.icechunk import read_pages
 
         record = ic.record()
         named = record.get("pages")

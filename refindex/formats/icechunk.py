@@ -1,7 +1,7 @@
 """The index as an Icechunk repository: zarr v3 documents, virtual chunk references, one commit.
 
 Icechunk (a transactional, versioned zarr v3 store) holds the documents of a v3 index
-(:func:`refindex.writers.v3.hierarchy`) with the chunk references as *virtual* chunks: a
+(:func:`refindex.formats.v3.hierarchy`) with the chunk references as *virtual* chunks: a
 reader fetches them from the source through one of the repository's virtual chunk
 containers (URL prefixes declared in its configuration, each authorized by the reader).
 Inline data becomes native chunks.
@@ -15,7 +15,7 @@ concurrent writers all land, one after the other, or fail with
 
 Provenance lives in the commit metadata (``{"refindex": {"groups": {"/g": provenance}}}``)
 because Icechunk holds zarr keys only, and the group's own attributes are the file's.  The
-index's pages (:mod:`refindex.writers._pages`: up to a few MB) would make every later reader
+index's pages (:mod:`refindex.formats._pages`: up to a few MB) would make every later reader
 of the ancestry load them: they are an object of their own in the repository's folder,
 ``refindex-pages/<sha256>.json``, written before the commit and named (with its digest) in
 the group's record.  Named by content, it is never overwritten with other bytes; a failed

@@ -4,7 +4,7 @@ The documents of an index (``_refs``: zarr v2 metadata, URL templates, provenanc
 entries) are written as one JSON file (``_json``: whole or streamed from the chunk
 tables) or as fsspec's parquet reference layout (``_parquet``); every write appears whole
 or not at all (``_atomic``).  A new output format is a module beside these, as zarr
-format 3 is (:mod:`refindex.writers.v3`: ``zarr.json`` per node, chunk keys ``c/i/j``,
+format 3 is (:mod:`refindex.formats.v3`: ``zarr.json`` per node, chunk keys ``c/i/j``,
 written as JSON or parquet by the same machinery).
 """
 

@@ -4,7 +4,7 @@ Every index form keeps the pages in its ``refindex`` section, which zarr readers
 ReferenceFileSystem and kerchunk's tools never look at: the top-level ``"refindex"`` key of
 a JSON index (zarr v2 or v3), the ``"refindex"`` section of a parquet index's
 ``.zmetadata``; an Icechunk repository keeps them in an object of its own beside its
-snapshots, named in the commit's record (:mod:`refindex.writers.icechunk`).
+snapshots, named in the commit's record (:mod:`refindex.formats.icechunk`).
 
 The document::
 
