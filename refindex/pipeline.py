@@ -153,7 +153,7 @@ def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
         chosen, refused = conventions.apply_v3(tree, options.convention)
         for path, reason in refused:
             refuse(tree, options, file, path, reason)
-        listed = formats.v3.codecs_of
+        listed = formats.zarr3.codecs_of
     else:
         chosen = conventions.apply(tree, options.convention)
         listed = _v2_codec_ids
@@ -192,8 +192,8 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
         why = codecs.zarr_refusal(formats.zarray(node))
         return None if why is None else f"zarr cannot open the array this dataset would become ({why})"
     try:
-        doc = formats.v3.array_document(node, portable=options.portable)
-    except formats.v3.NoV3Form as e:
+        doc = formats.zarr3.array_document(node, portable=options.portable)
+    except formats.zarr3.NoV3Form as e:
         return f"no zarr v3 form: {e}"
     why = codecs.zarr_refusal_v3(doc)
     if why is not None:
@@ -237,7 +237,7 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
 
 def refs_of_tree(tree: Tree, options: ScanOptions) -> RefsDocument:
     """The RFS dict of a prepared Tree, through the safety gate."""
-    refs = formats.v3.to_refs(tree) if options.zarr_format == 3 else formats.to_refs(tree)
+    refs = formats.zarr3.to_refs(tree) if options.zarr_format == 3 else formats.to_refs(tree)
     safety.check_publishable(refs, options.storage_options, file=tree.url)
     return refs
 
@@ -302,8 +302,8 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
         tree = scan_tree(source, options, stats=stats, progress=progress)
         size = record_size or formats.DEFAULT_RECORD_SIZE
         if options.zarr_format == 3:
-            safety.check_publishable(formats.v3.head_refs(tree), options.storage_options, file=tree.url)
-            summary = formats.v3.write_parquet(tree, output, record_size=size)
+            safety.check_publishable(formats.zarr3.head_refs(tree), options.storage_options, file=tree.url)
+            summary = formats.zarr3.write_parquet(tree, output, record_size=size)
         else:
             safety.check_publishable(formats.head_refs(tree), options.storage_options, file=tree.url)
             summary = formats.write_parquet(tree, output, record_size=size)
@@ -320,9 +320,9 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
         return summary
     tree = scan_tree(source, options, stats=stats, progress=progress)
     if options.zarr_format == 3:
-        head = formats.v3.head_refs(tree)
+        head = formats.zarr3.head_refs(tree)
         safety.check_publishable(head, options.storage_options, file=tree.url)
-        written = formats.v3.write_json(tree, output, head=head)
+        written = formats.zarr3.write_json(tree, output, head=head)
     else:
         head = formats.head_refs(tree)
         safety.check_publishable(head, options.storage_options, file=tree.url)
@@ -386,7 +386,7 @@ def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dic
         return in_worker(icechunk_tree_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
     check_strict_attributes(tree, options, tree.url)
-    safety.check_publishable(formats.v3.head_refs(tree), options.storage_options, file=tree.url)
+    safety.check_publishable(formats.zarr3.head_refs(tree), options.storage_options, file=tree.url)
     return tree
 
 

@@ -2,7 +2,7 @@
 an item count, then each item's length and bytes (little-endian 32-bit integers).
 
 Small and dependency-free: the h5py road rebuilds the global heap objects of cached NWB
-specifications from the index's own copies of them (:mod:`refindex.formats._pages`) while a
+specifications from the index's own copies of them (:mod:`refindex.formats.pages`) while a
 file opens, where importing numcodecs would cost more than the decoding.
 """
 

@@ -29,7 +29,7 @@ from .. import urls
 from ..errors import RefindexError
 from ..model import ZMETADATA, ArrayNode, Tree, key_of
 from ._atomic import atomic_folder
-from ._pages import with_pages
+from .pages import with_pages
 from ._refs import FORMAT_VERSION, metadata_items, metadata_json, url_templates
 
 DEFAULT_RECORD_SIZE = 100_000

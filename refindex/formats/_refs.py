@@ -11,7 +11,7 @@ import json
 from typing import Any, Iterator
 
 from ..model import V2_KEYS, ArrayNode, KeyEncoding, RefsDocument, Tree, key_of
-from ._pages import with_pages
+from .pages import with_pages
 
 FORMAT_VERSION = 1
 

@@ -40,7 +40,7 @@ from ..codecs import BYTESWAP, OBJECT_CODECS, NoV3Codec, codec_names, dtype_of, 
 from ..model import V3_KEYS, ArrayNode, ChunkTable, RefsDocument, Tree, inline_rows, key_of
 from ._json import STREAM_BLOCK, write_json_stream
 from ._parquet import write_parquet as write_parquet_records
-from ._pages import with_pages
+from .pages import with_pages
 from ._refs import FORMAT_VERSION, chunk_refs, metadata_json, url_templates
 
 ZARR_FORMAT = 3
