@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
-from . import codecs, conventions, formats, safety, urls
+from . import formats, safety, urls
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of
@@ -97,7 +97,8 @@ class OpenedScan:
         safety.check_target_url(target, explicit=options.url is not None)
         bar = ScanProgress.of(progress, src.url)
         ctx = ScanContext(src.h5, target, src.size, options, src.read_many, src.fs_for, label=src.url,
-                          recorder=recorder, **({"progress": bar} if bar is not None else {}))
+                          stock_codec=output_format(options).stock_codec, recorder=recorder,
+                          **({"progress": bar} if bar is not None else {}))
         try:
             tree = scan_file(ctx)
             if recorder is not None:
@@ -145,27 +146,23 @@ def opened_for_scan(source: str | os.PathLike, options: ScanOptions) -> Iterator
         watch(None)
 
 
+def output_format(options: ScanOptions) -> formats.ZarrFormat:
+    """The output format ``options`` ask for: chosen here, then asked (never ``zarr_format`` tested)."""
+    return formats.for_zarr(options.zarr_format)
+
+
 def prepare_tree(scanned: Scanned, options: ScanOptions) -> Tree:
     """The scanned Tree made ready for an index of ``options.zarr_format``: its convention,
     zarr's verdict on every array, the inline total, the provenance."""
-    tree, file = scanned.tree, scanned.label
-    if options.zarr_format == 3:
-        chosen, refused = conventions.apply_v3(tree, options.convention)
-        for path, reason in refused:
-            refuse(tree, options, file, path, reason)
-        listed = formats.zarr3.codecs_of
-    else:
-        chosen = conventions.apply(tree, options.convention)
-        listed = _v2_codec_ids
+    tree, file, fmt = scanned.tree, scanned.label, output_format(options)
+    chosen, refused = fmt.apply_convention(tree, options.convention)
+    for path, reason in refused:
+        refuse(tree, options, file, path, reason)
     check_readable(tree, options, file)
     safety.check_inline_total(tree, options.max_inline_total, file=file)
     tree.provenance.update({"refindex_version": __version__, "source": dict(scanned.source),
-                            "convention": chosen, "options": options.recorded(), "codecs": listed(tree)})
+                            "convention": chosen, "options": options.recorded(), "codecs": fmt.codec_names(tree)})
     return tree
-
-
-def _v2_codec_ids(tree: Tree) -> list[str]:
-    return codecs.codec_ids(formats.zarray(a) for a in tree.arrays.values())
 
 
 def refuse(tree: Tree, options: ScanOptions, file: str, path: str, reason: str) -> None:
@@ -180,28 +177,11 @@ def refuse(tree: Tree, options: ScanOptions, file: str, path: str, reason: str) 
 def check_readable(tree: Tree, options: ScanOptions, file: str) -> None:
     """Every array's metadata parsed by zarr the way a reader's zarr will (dtype, fill value,
     codecs): what zarr refuses fails naming the dataset, or is recorded with ``on_unsupported="skip"``."""
+    fmt = output_format(options)
     for path, node in list(tree.arrays.items()):
-        why = array_refusal(node, options)
+        why = fmt.refusal(node, portable=options.portable)
         if why is not None:
             refuse(tree, options, file, path, why)
-
-
-def array_refusal(node: Any, options: ScanOptions) -> str | None:
-    """Why an index of ``options.zarr_format`` cannot hold this array (None: it can)."""
-    if options.zarr_format != 3:
-        why = codecs.zarr_refusal(formats.zarray(node))
-        return None if why is None else f"zarr cannot open the array this dataset would become ({why})"
-    try:
-        doc = formats.zarr3.array_document(node, portable=options.portable)
-    except formats.zarr3.NoV3Form as e:
-        return f"no zarr v3 form: {e}"
-    why = codecs.zarr_refusal_v3(doc)
-    if why is not None:
-        return f"zarr cannot open the array this dataset would become ({why})"
-    own = [c for c in codecs.codec_names([doc]) if codecs.codec_provider(c, 3) == "refindex"]
-    if options.portable and own:
-        return f"a portable index may not name refindex's own codec {own[0]}"
-    return None
 
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
@@ -237,7 +217,7 @@ def scan_refs(source: str | os.PathLike, options: ScanOptions, *, stats: dict[st
 
 def refs_of_tree(tree: Tree, options: ScanOptions) -> RefsDocument:
     """The RFS dict of a prepared Tree, through the safety gate."""
-    refs = formats.zarr3.to_refs(tree) if options.zarr_format == 3 else formats.to_refs(tree)
+    refs = output_format(options).to_refs(tree)
     safety.check_publishable(refs, options.storage_options, file=tree.url)
     return refs
 
@@ -300,13 +280,9 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
             raise RefindexError("follow_external and isolate are not supported with parquet output",
                                 file=os.fspath(source))
         tree = scan_tree(source, options, stats=stats, progress=progress)
-        size = record_size or formats.DEFAULT_RECORD_SIZE
-        if options.zarr_format == 3:
-            safety.check_publishable(formats.zarr3.head_refs(tree), options.storage_options, file=tree.url)
-            summary = formats.zarr3.write_parquet(tree, output, record_size=size)
-        else:
-            safety.check_publishable(formats.head_refs(tree), options.storage_options, file=tree.url)
-            summary = formats.write_parquet(tree, output, record_size=size)
+        fmt = output_format(options)
+        safety.check_publishable(fmt.head_refs(tree), options.storage_options, file=tree.url)
+        summary = fmt.write_parquet(tree, output, record_size=record_size or formats.DEFAULT_RECORD_SIZE)
         return WriteSummary(format="parquet", skipped=list(tree.skipped), arrays=len(tree.arrays),
                             source=dict(tree.provenance["source"]), **summary)
     if keep_refs or options.follow_external or options.isolate:
@@ -318,15 +294,10 @@ def write_index(source: str | os.PathLike, output: str | os.PathLike, options: S
         if keep_refs:
             summary["refs"] = refs
         return summary
-    tree = scan_tree(source, options, stats=stats, progress=progress)
-    if options.zarr_format == 3:
-        head = formats.zarr3.head_refs(tree)
-        safety.check_publishable(head, options.storage_options, file=tree.url)
-        written = formats.zarr3.write_json(tree, output, head=head)
-    else:
-        head = formats.head_refs(tree)
-        safety.check_publishable(head, options.storage_options, file=tree.url)
-        written = formats.write_json_stream(tree, output, head=head)
+    tree, fmt = scan_tree(source, options, stats=stats, progress=progress), output_format(options)
+    head = fmt.head_refs(tree)
+    safety.check_publishable(head, options.storage_options, file=tree.url)
+    written = fmt.write_json(tree, output, head=head)
     return WriteSummary(**written, arrays=len(tree.arrays), source=dict(tree.provenance["source"]))
 
 
@@ -386,7 +357,7 @@ def icechunk_tree(source: str | os.PathLike, options: ScanOptions, *, stats: dic
         return in_worker(icechunk_tree_job, source, options, stats)
     tree = scan_tree(source, options, stats=stats, progress=progress)
     check_strict_attributes(tree, options, tree.url)
-    safety.check_publishable(formats.zarr3.head_refs(tree), options.storage_options, file=tree.url)
+    safety.check_publishable(output_format(options).head_refs(tree), options.storage_options, file=tree.url)
     return tree
 
 

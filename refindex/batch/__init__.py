@@ -81,9 +81,10 @@ from typing import Any, Unpack
 
 from .. import urls
 from ..errors import RefindexError
+from ..formats import for_zarr
+from ..formats.icechunk import IcechunkTarget
 from ..options import ScanKeywords, ScanOptions, options_from
 from ..progress import ProgressSetting, progress_bar
-from ..formats.icechunk import IcechunkTarget
 from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location
@@ -190,7 +191,7 @@ def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims:
         if os.fspath(combine).rstrip("/").lower().endswith((".json", ".parq", ".parquet")):
             raise RefindexError("--combine with --format icechunk names the Icechunk repository to write (a folder "
                                 f"or s3://bucket/prefix), not an index file: {os.fspath(combine)!r}")
-        if scan_options.zarr_format != 2:
+        if not for_zarr(scan_options.zarr_format).combinable:
             raise RefindexError("--combine needs zarr v2 indexes of the files (--zarr-format 2)")
         target = _icechunk_target(combine, branch, repository_options, storage_options)
         return Combiner(target.repo, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
@@ -198,7 +199,7 @@ def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims:
     if format != "json":
         raise RefindexError("--combine needs JSON indexes of the files (format='json'); the combined index "
                             "itself is parquet unless its name ends in .json")
-    if scan_options.zarr_format != 2:
+    if not for_zarr(scan_options.zarr_format).combinable:
         raise RefindexError("--combine needs zarr v2 indexes (--zarr-format 2)")
     return Combiner(combine, concat_dims=concat_dims, mode=mode, storage_options=storage_options,
                     record_size=record_size)

@@ -17,21 +17,9 @@ NUMCODECS = frozenset({
 })
 
 
-# zarr format 3 codecs zarr itself provides (its array-to-bytes codecs)
-ZARR_V3 = frozenset({"bytes", "vlen-utf8", "vlen-bytes"})
-
-
-def codec_provider(codec_id: str, zarr_format: int = 2) -> str:
-    """"numcodecs", "imagecodecs" or "refindex" (or "unknown") for a codec id of a v2 index; for a
-    name in a v3 index also "zarr" (``bytes``, ``vlen-utf8``), and ``numcodecs.<id>`` is <id>'s."""
-    if zarr_format == 3:
-        if codec_id in ZARR_V3:
-            return "zarr"
-        if not codec_id.startswith("numcodecs."):
-            return "imagecodecs" if codec_id.startswith("imagecodecs_") else "unknown"
-        codec_id = codec_id[len("numcodecs."):]
-        if codec_id.startswith("imagecodecs_"):
-            return "unknown"  # zarr wraps no imagecodecs id under numcodecs.
+def codec_provider(codec_id: str) -> str:
+    """"numcodecs", "imagecodecs" or "refindex" (or "unknown") for a codec id of a v2 index (a name in
+    a v3 index: :func:`refindex.codecs.codec_provider_v3`)."""
     if codec_id in NUMCODECS:
         return "numcodecs"
     if codec_id.startswith("imagecodecs_"):
@@ -39,6 +27,11 @@ def codec_provider(codec_id: str, zarr_format: int = 2) -> str:
     if codec_id.startswith("refindex_"):
         return "refindex"
     return "unknown"
+
+
+def stock(codec_id: str) -> bool:
+    """Does a reader of a v2 index decode this codec id with numcodecs/imagecodecs alone?"""
+    return codec_provider(codec_id) in ("numcodecs", "imagecodecs")
 
 
 def codec_ids(docs: Iterable[dict[str, Any]]) -> list[str]:

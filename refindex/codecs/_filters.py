@@ -7,6 +7,8 @@ HDF5's pipeline: the last HDF5 filter becomes the compressor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import h5py
 import numpy as np
 
@@ -104,13 +106,13 @@ def _codec_for(fid: int, cd: tuple[int, ...], itemsize: int, chunk_nbytes: int, 
 
 
 def pipeline(filters, itemsize: int, chunk_nbytes: int, chunk_ndim: int = 1,
-             *, portable: bool = False, zarr_format: int = 2) -> tuple[list[dict] | None, dict | None]:
+             *, stock: Callable[[str], bool] | None = None) -> tuple[list[dict] | None, dict | None]:
     """Map an HDF5 pipeline (write order) to zarr v2 ``(filters, compressor)``.
 
     zarr applies filters in order then the compressor when writing and the reverse when
     reading, exactly like HDF5's pipeline, so the last HDF5 filter becomes the
-    compressor and the others stay filters in the same order.  ``portable``: a pipeline
-    that needs one of refindex's own codecs in an index of ``zarr_format`` is :class:`NoCodec`
+    compressor and the others stay filters in the same order.  ``stock`` (a portable index:
+    its format's ``stock_codec``): a pipeline with a codec that its readers lack is :class:`NoCodec`
     (the caller inlines values).
     """
     codecs = [_codec_for(fid, cd, itemsize, chunk_nbytes, chunk_ndim) for fid, _flags, cd, _name in filters]
@@ -124,10 +126,8 @@ def pipeline(filters, itemsize: int, chunk_nbytes: int, chunk_ndim: int = 1,
         view = {1: "|u1", 2: "<u2", 4: "<u4", 8: "<u8"}.get(c["itemsize"], f"|V{c['itemsize']}")
         codecs += [{"id": "imagecodecs_bitshuffle", "itemsize": c["itemsize"], "blocksize": c["blocksize"]},
                    {"id": "astype", "encode_dtype": view, "decode_dtype": view}]
-    if portable:
-        from ._v3 import stock_in
-
-        own = [c["id"] for c in codecs if not stock_in(c["id"], zarr_format)]
+    if stock is not None:
+        own = [c["id"] for c in codecs if not stock(c["id"])]
         if own:
             if own[0].startswith("refindex_"):
                 raise NoCodec(f"only refindex's own codec {own[0]} decodes its stored chunks")

@@ -107,13 +107,30 @@ def v3_chain(filters: list[dict] | None, compressor: dict | None, chunk_nbytes: 
     return out
 
 
-def stock_in(codec_id: str, zarr_format: int) -> bool:
-    """Does a reader of ``zarr_format`` decode this v2 codec id with numcodecs/imagecodecs alone?"""
+# zarr format 3 codecs zarr itself provides (its array-to-bytes codecs)
+ZARR_V3 = frozenset({"bytes", "vlen-utf8", "vlen-bytes"})
+
+
+def codec_provider_v3(name: str) -> str:
+    """"zarr" (``bytes``, ``vlen-utf8``), "numcodecs", "imagecodecs", "refindex" or "unknown" for a codec
+    name in a v3 index (``numcodecs.<id>`` is <id>'s provider)."""
     from ._catalog import codec_provider
 
-    if codec_provider(codec_id) not in ("numcodecs", "imagecodecs"):
-        return False
-    return zarr_format == 2 or codec_id not in NOT_STOCK_IN_V3
+    if name in ZARR_V3:
+        return "zarr"
+    if not name.startswith("numcodecs."):
+        return "imagecodecs" if name.startswith("imagecodecs_") else "unknown"
+    codec_id = name[len("numcodecs."):]
+    if codec_id.startswith("imagecodecs_"):
+        return "unknown"  # zarr wraps no imagecodecs id under numcodecs.
+    return codec_provider(codec_id)
+
+
+def stock_in_v3(codec_id: str) -> bool:
+    """Does a reader of a v3 index decode this v2 codec id with numcodecs/imagecodecs alone?"""
+    from ._catalog import stock
+
+    return stock(codec_id) and codec_id not in NOT_STOCK_IN_V3
 
 
 def codec_names(docs: Iterable[dict[str, Any]]) -> list[str]:
@@ -164,10 +181,8 @@ def zarr_refusal_v3(doc: dict[str, Any]) -> str | None:
         from zarr.codecs.numcodecs import _NumcodecsCodec
         from zarr.core.metadata.v3 import ArrayV3Metadata
 
-        from ._catalog import codec_provider
-
         # imagecodecs' names (and any name no other provider knows, which it might) need its registration
-        register_v3_codecs(imagecodecs=any(codec_provider(c, 3) not in ("zarr", "numcodecs", "refindex")
+        register_v3_codecs(imagecodecs=any(codec_provider_v3(c) not in ("zarr", "numcodecs", "refindex")
                                            for c in codec_names([doc])))
         ndim = len(doc["shape"])
         probe = dict(doc, shape=[1] * ndim, attributes={},

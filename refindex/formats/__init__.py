@@ -1,4 +1,9 @@
-"""Writers: a scanned, conventioned :class:`~refindex.model.Tree` -> an index.
+"""Output formats: a scanned :class:`~refindex.model.Tree` -> an index, one module per format.
+
+The zarr format is chosen once, here (:func:`for_zarr`): :mod:`.zarr2` and :mod:`.zarr3` each hold
+one object with the same small surface (:class:`ZarrFormat`: its conventions, zarr's verdict on
+an array, its documents, its JSON and parquet writers), and the pipeline, the conventions'
+and codecs' callers and the readers ask that object instead of testing ``zarr_format``.
 
 The documents of an index (``_refs``: zarr v2 metadata, URL templates, provenance, chunk
 entries) are written as one JSON file (``_json``: whole or streamed from the chunk
@@ -8,7 +13,17 @@ format 3 is (:mod:`refindex.formats.zarr3`: ``zarr.json`` per node, chunk keys `
 written as JSON or parquet by the same machinery).
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
 from ..lazy import attribute_loader
+
+if TYPE_CHECKING:
+    import os
+
+    from ..model import ArrayNode, RefsDocument, Tree
 
 # Loaded on first use: a reader of an index's pages needs none of the writers.
 _WHERE = {
@@ -24,9 +39,37 @@ _WHERE = {
     "FORMAT_VERSION": "_refs", "chunk_refs": "_refs", "consolidated": "_refs", "head_refs": "_refs",
     "metadata_items": "_refs", "metadata_json": "_refs", "prefix_of": "_refs", "to_refs": "_refs",
     "url_templates": "_refs", "zarray": "_refs",
-    "icechunk": "icechunk:", "zarr3": "zarr3:",
+    "icechunk": "icechunk:", "zarr2": "zarr2:", "zarr3": "zarr3:",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "ZarrFormat", "for_zarr"])
+_ZARR = {2: "zarr2", 3: "zarr3"}
+
+
+class ZarrFormat(Protocol):
+    """What every zarr format module's ``FORMAT`` answers."""
+
+    number: int  # what ``zarr_format`` says
+    label: str  # "zarr v2": how messages name it
+    consolidated_key: str | None  # the key of the consolidated metadata (None: in the root document)
+    combinable: bool  # batch's combine merges indexes of this format
+
+    def apply_convention(self, tree: Tree, convention: Any) -> tuple[str, list[tuple[str, str]]]: ...
+    def codec_names(self, tree: Tree) -> list[str]: ...
+    def refusal(self, node: ArrayNode, *, portable: bool) -> str | None: ...
+    def stock_codec(self, codec_id: str) -> bool: ...
+    def head_refs(self, tree: Tree) -> RefsDocument: ...
+    def to_refs(self, tree: Tree) -> RefsDocument: ...
+    def write_json(self, tree: Tree, path: str | os.PathLike, *, head: RefsDocument) -> dict[str, Any]: ...
+    def write_parquet(self, tree: Tree, path: str | os.PathLike, *, record_size: int) -> dict[str, Any]: ...
+    def with_attributes(self, refs: RefsDocument,
+                        change: Callable[[dict[str, Any]], dict[str, Any]]) -> RefsDocument: ...
+
+
+def for_zarr(number: int) -> ZarrFormat:
+    """The format object of zarr format ``number`` (2 or 3): the one place a zarr format is chosen."""
+    if number not in _ZARR:
+        raise ValueError(f"zarr_format must be 2 or 3, not {number!r}")
+    return import_module(f"{__name__}.{_ZARR[number]}").FORMAT
 
 __getattr__ = attribute_loader(__name__, _WHERE)

@@ -30,13 +30,17 @@ and inline chunks under v3 keys.
 from __future__ import annotations
 
 import base64
+import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..codecs import BYTESWAP, OBJECT_CODECS, NoV3Codec, codec_names, dtype_of, v3_chain
+from .. import conventions
+from ..codecs import (BYTESWAP, OBJECT_CODECS, NoV3Codec, codec_names, codec_provider_v3, dtype_of, stock_in_v3,
+                      v3_chain, zarr_refusal_v3)
 from ..model import V3_KEYS, ArrayNode, ChunkTable, RefsDocument, Tree, inline_rows, key_of
 from ._json import STREAM_BLOCK, write_json_stream
 from ._parquet import write_parquet as write_parquet_records
@@ -391,3 +395,76 @@ def write_parquet(tree: Tree, out_dir: Any, *, record_size: int, compression: st
                                     metadata=parquet_metadata(tree, record_size))
     summary["zarr_format"] = ZARR_FORMAT
     return summary
+
+
+# ---------------------------------------------------------------- the format
+
+
+class Zarr3:
+    """zarr format 3 with the surface of :class:`refindex.formats.zarr2.Zarr2`: its conventions, zarr's
+    verdict on an array, the documents above, the writers."""
+
+    number = ZARR_FORMAT
+    label = "zarr v3"
+    consolidated_key: str | None = None  # stated in the root zarr.json; zarr finds it
+    combinable = False  # batch's combine merges zarr v2 indexes only
+
+    def apply_convention(self, tree: Tree, convention: Any) -> tuple[str, list[tuple[str, str]]]:
+        """``tree`` rewritten for ``convention``'s v3 form: (the convention applied, ``(path, reason)`` of
+        every array with no form in it: the caller's policy decides)."""
+        return conventions.apply_v3(tree, convention)
+
+    def codec_names(self, tree: Tree) -> list[str]:
+        return codecs_of(tree)
+
+    def refusal(self, node: ArrayNode, *, portable: bool) -> str | None:
+        """Why an index of this format cannot hold ``node`` (None: it can)."""
+        try:
+            doc = array_document(node, portable=portable)
+        except NoV3Form as e:
+            return f"no zarr v3 form: {e}"
+        why = zarr_refusal_v3(doc)
+        if why is not None:
+            return f"zarr cannot open the array this dataset would become ({why})"
+        own = [c for c in codec_names([doc]) if codec_provider_v3(c) == "refindex"]
+        if portable and own:
+            return f"a portable index may not name refindex's own codec {own[0]}"
+        return None
+
+    def stock_codec(self, codec_id: str) -> bool:
+        """Does a reader of this format decode the v2 codec ``codec_id`` with numcodecs/imagecodecs alone?"""
+        return stock_in_v3(codec_id)
+
+    def head_refs(self, tree: Tree) -> RefsDocument:
+        return head_refs(tree)
+
+    def to_refs(self, tree: Tree) -> RefsDocument:
+        return to_refs(tree)
+
+    def write_json(self, tree: Tree, path: str | os.PathLike, *, head: RefsDocument) -> dict[str, Any]:
+        return write_json(tree, path, head=head)
+
+    def write_parquet(self, tree: Tree, path: str | os.PathLike, *, record_size: int) -> dict[str, Any]:
+        return write_parquet(tree, path, record_size=record_size)
+
+    def with_attributes(self, refs: RefsDocument, change: Callable[[dict[str, Any]], dict[str, Any]]) -> RefsDocument:
+        """A copy of ``refs`` with every ``zarr.json``'s attributes ``change``'d, the root's consolidated
+        metadata rebuilt from them."""
+        new: dict[str, Any] = {}
+        docs: dict[str, Any] = {}
+        for key, value in refs["refs"].items():
+            if key.rsplit("/", 1)[-1] == "zarr.json" and isinstance(value, str):
+                doc = json.loads(value)
+                doc.pop("consolidated_metadata", None)
+                doc["attributes"] = change(doc.get("attributes") or {})
+                docs[key[: -len("zarr.json")].rstrip("/")] = doc
+                value = json.dumps(doc, allow_nan=True)
+            new[key] = value
+        if "" in docs:
+            root = dict(docs[""], consolidated_metadata={"kind": "inline", "must_understand": False,
+                                                         "metadata": {k: d for k, d in docs.items() if k}})
+            new["zarr.json"] = json.dumps(root, allow_nan=True)
+        return {**refs, "refs": new}
+
+
+FORMAT = Zarr3()

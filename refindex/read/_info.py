@@ -81,10 +81,10 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
     refindex provides; ``zarr_format``: 2 or 3 (the v3 names need ``imagecodecs.zarr``'s
     codecs registered, refindex's their ``zarr.codecs`` entry points).
     """
-    from ..codecs import codec_ids, codec_names, codec_provider
+    from ..codecs import codec_ids, codec_names, codec_provider, codec_provider_v3
 
     v3 = any(d.get("zarr_format") == 3 for d in docs) or prov.get("zarr_format") == 3
-    used = ({name: codec_provider(name, 3) for name in codec_names(docs)} if v3 else
+    used = ({name: codec_provider_v3(name) for name in codec_names(docs)} if v3 else
             {cid: codec_provider(cid) for cid in codec_ids(docs)})
     return {
         "zarr_format": 3 if v3 else 2,

@@ -72,13 +72,15 @@ class RefindexBackendEntrypoint(BackendEntrypoint):
 
 def _consolidated(root: Any, zarr_format: int) -> bool | None:
     """Whether xarray may open through consolidated metadata (it is in memory: one lookup)."""
+    from zarr.core.buffer import default_buffer_prototype
     from zarr.core.sync import sync
 
-    if zarr_format == 3:
-        return None  # a v3 index states it in its root zarr.json; zarr finds it
-    from zarr.core.buffer import default_buffer_prototype
+    from ..formats import for_zarr
 
-    return sync(root.store.get(".zmetadata", prototype=default_buffer_prototype())) is not None
+    key = for_zarr(zarr_format).consolidated_key
+    if key is None:
+        return None  # the index states it in its root document; zarr finds it
+    return sync(root.store.get(key, prototype=default_buffer_prototype())) is not None
 
 
 def grouped_chunks(shape: tuple[int, ...], dims: tuple[str, ...], chunks: dict[str, int], itemsize: int,

@@ -34,7 +34,7 @@ def chunked(ctx: ScanContext, d: h5py.Dataset, node: ArrayNode, plan: DTypePlan,
     chunk_nbytes = int(np.prod(chunks, dtype=np.int64)) * itemsize
     try:
         node.filters, node.compressor = pipeline(filter_list(dcpl), itemsize, chunk_nbytes, len(chunks),
-                                                 portable=ctx.opts.portable, zarr_format=ctx.opts.zarr_format)
+                                                 stock=ctx.stock_codec if ctx.opts.portable else None)
     except NoCodec as e:
         return inline_decoded(ctx, d, node, plan, str(e))
     if strpad:  # applied last when reading: after every HDF5 filter is undone

@@ -51,6 +51,12 @@ def _local_fs(url: str) -> tuple[Any, str]:
     return urls.filesystem(url)
 
 
+def _stock(codec_id: str) -> bool:
+    from ..codecs import stock
+
+    return stock(codec_id)
+
+
 @dataclass
 class ScanContext:
     """One scanned file: the open file, where references point, options, the tree being built."""
@@ -62,6 +68,8 @@ class ScanContext:
     read_many: ReadMany
     fs_for: FsFor = _local_fs
     label: str = ""  # how errors name the file (the URL it was read from)
+    # A portable index names only codecs its readers have: the chosen format says which (refindex.formats)
+    stock_codec: Callable[[str], bool] = _stock
     progress: Progress = field(default_factory=NoProgress)
     tree: Tree = field(init=False)
     canonical: dict[tuple, str] = field(default_factory=dict)  # object identity -> its first path
@@ -149,7 +157,8 @@ class ScanContext:
                 return outer(url if u is None else u, offsets, sizes)
 
         return ScanContext(f, url, file_size, replace(self.opts, check_sample=False), read_many, self.fs_for,
-                           label=url, progress=self.progress, index_stats=self.index_stats,
+                           label=url, stock_codec=self.stock_codec, progress=self.progress,
+                           index_stats=self.index_stats,
                            recorder=self.recorder if f is self.f else None)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from functools import partial
@@ -10,6 +9,7 @@ from typing import Any
 
 from ... import urls
 from ...errors import RefindexError, SourceError
+from ...formats import ZarrFormat, for_zarr
 from .._load import load_refs, zarr_format_of
 from .._open import ReadOptions, index_store
 from .._store import IndexStore
@@ -29,52 +29,15 @@ def _with_source(v: Any, source: str) -> Any:
     return v
 
 
-def _rebase_self_refs(refs: dict[str, Any], source: str) -> dict[str, Any]:
-    """A copy of ``refs`` whose in-file links/attribute references (``source: "."``) name ``source``.
+def _rebase_self_refs(refs: dict[str, Any], source: str, fmt: ZarrFormat) -> dict[str, Any]:
+    """A copy of ``refs`` (an index of ``fmt``) whose in-file links/attribute references (``source: "."``:
+    hdmf-zarr's ``zarr_link`` and ``_LINKS``/``_REFERENCE`` entries) name ``source``.
 
     Objects read from a linked file are resolved by the IO of the file that links to them,
     so their own links must say which file they live in.  (References stored inside
     datasets of the linked file are left as they are.)
     """
-
-    walk = partial(_with_source, source=source)
-
-    new = {}
-    meta = {}
-    for key, value in refs["refs"].items():
-        base = key.rsplit("/", 1)[-1]
-        if base == ".zmetadata":
-            continue  # rebuilt below from the rewritten documents
-        if base == ".zattrs" and isinstance(value, str) and '"."' in value:
-            value = json.dumps(walk(json.loads(value)), allow_nan=True)
-        if base in (".zgroup", ".zarray", ".zattrs"):
-            meta[key] = json.loads(value)
-        new[key] = value
-    new[".zmetadata"] = json.dumps({"metadata": meta, "zarr_consolidated_format": 1}, allow_nan=True)
-    return {**refs, "refs": new}
-
-
-def _rebase_self_refs_v3(refs: dict[str, Any], source: str) -> dict[str, Any]:
-    """:func:`_rebase_self_refs` for a zarr v3 index: ``_LINKS`` and ``_REFERENCE`` entries in its
-    ``zarr.json`` documents name ``source``; the root's consolidated metadata is rebuilt from them."""
-
-    walk = partial(_with_source, source=source)
-
-    new: dict[str, Any] = {}
-    docs: dict[str, Any] = {}
-    for key, value in refs["refs"].items():
-        if key.rsplit("/", 1)[-1] == "zarr.json" and isinstance(value, str):
-            doc = json.loads(value)
-            doc.pop("consolidated_metadata", None)
-            doc["attributes"] = walk(doc.get("attributes") or {})
-            docs[key[: -len("zarr.json")].rstrip("/")] = doc
-            value = json.dumps(doc, allow_nan=True)
-        new[key] = value
-    if "" in docs:
-        root = dict(docs[""], consolidated_metadata={"kind": "inline", "must_understand": False,
-                                                     "metadata": {k: d for k, d in docs.items() if k}})
-        new["zarr.json"] = json.dumps(root, allow_nan=True)
-    return {**refs, "refs": new}
+    return fmt.with_attributes(refs, partial(_with_source, source=source))
 
 
 class ExternalIndexes:
@@ -93,7 +56,7 @@ class ExternalIndexes:
     def __init__(self, refs: dict[str, Any], opts: ReadOptions, *, index_location: str | None = None,
                  external: dict[str, Any] | None = None, scan_missing: bool = True):
         self.refs = refs
-        self.zarr_format = zarr_format_of(refs)
+        self.format = for_zarr(zarr_format_of(refs))
         self.opts = opts
         self.index_location = index_location
         self.external = external or {}
@@ -137,7 +100,7 @@ class ExternalIndexes:
             target = entry.get("url") or urls.beside(self._main_url(), source)
             self._admit(target, f"refindex.external[{source!r}].url" if entry.get("url") else
                         f"the external link source {source!r}")
-            r = scan_refs(target, ScanOptions(convention="hdmf", zarr_format=self.zarr_format))
+            r = scan_refs(target, ScanOptions(convention="hdmf", zarr_format=self.format.number))
             opts, made_here = replace(opts, trust=True), True  # made here, from a file the index may name
         else:
             raise SourceError(f"no index for the externally linked file {source!r}", file=source)
@@ -147,11 +110,11 @@ class ExternalIndexes:
             from ..freshness import check_source
 
             check_source(r, storage_options=self.opts.remote_options)
-        if zarr_format_of(r) != self.zarr_format:
-            raise RefindexError(f"the index of the externally linked file is zarr v{zarr_format_of(r)}, the linking "
-                                f"one zarr v{self.zarr_format}", file=source)
-        rebase = _rebase_self_refs_v3 if self.zarr_format == 3 else _rebase_self_refs
-        return rebase(r, source), opts
+        linked = for_zarr(zarr_format_of(r))
+        if linked is not self.format:
+            raise RefindexError(f"the index of the externally linked file is {linked.label}, the linking "
+                                f"one {self.format.label}", file=source)
+        return _rebase_self_refs(r, source, self.format), opts
 
     def store(self, source: str) -> IndexStore:
         if source not in self._stores:
