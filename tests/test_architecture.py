@@ -1,12 +1,13 @@
 """The rules refindex's layout keeps (issue #12), checked on its own syntax trees.
 
-The data flows one way: source -> scanner -> model (+ codecs, conventions) -> writers ->
+The data flows one way: source -> scanner -> model (+ codecs, conventions) -> formats ->
 read side -> batch / cli, with one composition root (``refindex.pipeline``).  See
 tests/architecture.py for how imports are counted (function-level ones included).
 """
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -39,6 +40,24 @@ def test_classes_and_functions_stay_small():
     long_classes = [(m.name, c, n) for m in MODULES.values() for c, n in m.classes if n > 300]
     long_functions = [(m.name, f, n) for m in MODULES.values() for f, n in m.functions if n > 80]
     assert long_classes == [] and long_functions == []
+
+
+def _tests_zarr_format(node: ast.AST) -> bool:
+    """``x.zarr_format == 3``, ``zarr_format != 2``: a comparison of the zarr format number itself."""
+    if not isinstance(node, ast.Compare) or not any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops):
+        return False
+    sides = [node.left, *node.comparators]
+    return any(isinstance(s, ast.Name) and s.id == "zarr_format" or isinstance(s, ast.Attribute)
+               and s.attr == "zarr_format" for s in sides)
+
+
+def test_the_zarr_format_is_chosen_in_one_module():
+    """The zarr format is chosen once (``refindex.formats.for_zarr``; the options validate and record it):
+    the pipeline, codecs, conventions and readers ask the chosen format object, never ``zarr_format ==``
+    (issue #46)."""
+    testing = sorted(m.name for m in MODULES.values()
+                     if any(_tests_zarr_format(n) for n in ast.walk(ast.parse(m.path.read_text()))))
+    assert set(testing) <= {"refindex.formats", "refindex.options"} and len(testing) <= 2, testing
 
 
 def test_importing_refindex_and_its_cli_loads_no_heavy_library():
