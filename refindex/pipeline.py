@@ -305,19 +305,14 @@ def summary_of(refs: RefsDocument, output: str | os.PathLike) -> WriteSummary:
     """What :func:`refindex.formats.write_json_stream` returns, for an index written from its dict."""
     r = refs.get("refs", {})
     prov = refs.get("refindex") or {}
-    if prov.get("zarr_format") == 3:
-        meta = {k for k in r if k.rsplit("/", 1)[-1] == "zarr.json"}
-        arrays = sum(1 for k in meta if k != "zarr.json" and '"node_type": "array"' in r[k])
-    else:
-        meta = {k for k in r if k.rsplit("/", 1)[-1].startswith(".")}
-        arrays = sum(1 for k in meta if k.rsplit("/", 1)[-1] == ".zarray")
+    fmt = formats.of_refs(refs)
+    meta, arrays = fmt.documents_in(r)
     inline = sum(1 for k, v in r.items() if isinstance(v, str) and k not in meta)
     chunks = sum(1 for v in r.values() if isinstance(v, list))
     summary = WriteSummary(format="json", keys=len(r), chunks_referenced=chunks, inline_chunks=inline,
                            bytes=os.path.getsize(output), skipped=list(prov.get("skipped", [])), arrays=arrays,
                            source=dict(prov.get("source") or {}))
-    if prov.get("zarr_format") == 3:
-        summary["zarr_format"] = 3
+    summary.update(fmt.summary_fields)
     return summary
 
 

@@ -100,7 +100,7 @@ def both(path):
     scanned = pipeline.scan_source(str(path), opts)
     t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
     t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
-    return _json(formats.to_refs(t2)), _json(formats.zarr3.to_refs(t3))
+    return _json(formats.to_refs(t2)), _json(formats.v3.to_refs(t3))
 
 
 def icechunk_store(path, repo):

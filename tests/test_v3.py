@@ -67,7 +67,7 @@ def both(path, **kw) -> tuple[dict, dict]:
     scanned = pipeline.scan_source(str(path), opts)
     t2 = pipeline.prepare_tree(copy.deepcopy(scanned), opts)
     t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
-    return roundtrip(formats.to_refs(t2)), roundtrip(formats.zarr3.to_refs(t3))
+    return roundtrip(formats.to_refs(t2)), roundtrip(formats.v3.to_refs(t3))
 
 
 def store_of(refs) -> zarr.storage.FsspecStore:
@@ -668,7 +668,7 @@ def test_zarr_refusal_in_v3_fails_naming_the_dataset_or_is_skipped(zoo):
     assert err.value.path == "/int_fill"
     pipeline.check_readable(tree, opts.but(on_unsupported="skip"), str(zoo["extra"]))
     assert {s["path"] for s in tree.skipped} == {"/int_fill", "/nan_fill"}
-    doc3 = formats.zarr3.array_document(tree.arrays["/szip"])
+    doc3 = formats.v3.array_document(tree.arrays["/szip"])
     doc3["codecs"][1]["configuration"]["bogus"] = 1  # numcodecs-style configurations are built too
     from refindex.codecs import zarr_refusal_v3
 
@@ -790,16 +790,16 @@ def test_streamed_json_equals_the_dict(zoo, nwb3, tmp_path):
     for name in ("layouts", "vds", "external"):
         tree = pipeline.scan_tree(str(zoo[name]), ScanOptions(zarr_format=3, **REFERENCED))
         out = tmp_path / f"{name}.blocks.json"
-        formats.zarr3.write_json(tree, out, block=16)
-        assert json.loads(out.read_text()) == roundtrip(formats.zarr3.to_refs(tree)), name
+        formats.v3.write_json(tree, out, block=16)
+        assert json.loads(out.read_text()) == roundtrip(formats.v3.to_refs(tree)), name
 
 
 def test_hierarchy_gives_documents_chunk_tables_and_inline_chunks(zoo):
     """What a store writer (JSON, parquet, a repository) starts from: the same content as the index."""
     tree = pipeline.scan_tree(str(zoo["layouts"]), ScanOptions(zarr_format=3, inline_threshold=64,
                                                                inline_dataset_threshold=0))
-    h = formats.zarr3.hierarchy(tree)
-    refs = roundtrip(formats.zarr3.to_refs(tree))
+    h = formats.v3.hierarchy(tree)
+    refs = roundtrip(formats.v3.to_refs(tree))
     assert {k: d for k, d in h.documents.items() if k} == doc(refs, "")["consolidated_metadata"]["metadata"]
     for path, chunks in h.arrays.items():
         entries = {k[len(path) + 1:]: v for k, v in refs["refs"].items() if k.startswith(path + "/c")}

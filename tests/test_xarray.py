@@ -196,7 +196,7 @@ def test_corpus_file_in_xarray_as_in_h5netcdf(row, tmp_path, monkeypatch):
         found += route_differences("engine", lambda g: open_engine(refs2, g), wants)
         if is_netcdf(row):
             t3 = pipeline.prepare_tree(scanned, opts.but(zarr_format=3))
-            refs3 = json.loads(json.dumps(formats.zarr3.to_refs(t3), allow_nan=True))
+            refs3 = json.loads(json.dumps(formats.v3.to_refs(t3), allow_nan=True))
             # the v3 documents' values are test_v3's (array by array against v2's); here a sample of a
             # file of thousands of variables, their metadata and decoding all
             found += route_differences("v3", lambda g: open_reference(refs3, g), wants, sample=True)

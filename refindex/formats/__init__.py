@@ -9,7 +9,7 @@ The documents of an index (``_refs``: zarr v2 metadata, URL templates, provenanc
 entries) are written as one JSON file (``_json``: whole or streamed from the chunk
 tables) or as fsspec's parquet reference layout (``_parquet``); every write appears whole
 or not at all (``_atomic``).  A new output format is a module beside these, as zarr
-format 3 is (:mod:`refindex.formats.zarr3`: ``zarr.json`` per node, chunk keys ``c/i/j``,
+format 3 is (:mod:`refindex.formats.v3`: ``zarr.json`` per node, chunk keys ``c/i/j``,
 written as JSON or parquet by the same machinery).
 """
 
@@ -39,10 +39,10 @@ _WHERE = {
     "FORMAT_VERSION": "_refs", "chunk_refs": "_refs", "consolidated": "_refs", "head_refs": "_refs",
     "metadata_items": "_refs", "metadata_json": "_refs", "prefix_of": "_refs", "to_refs": "_refs",
     "url_templates": "_refs", "zarray": "_refs",
-    "icechunk": "icechunk:", "zarr2": "zarr2:", "zarr3": "zarr3:",
+    "icechunk": "icechunk:", "v3": "v3:", "zarr2": "zarr2:", "zarr3": "zarr3:",
 }
 
-__all__ = sorted([*_WHERE, "ZarrFormat", "for_zarr"])
+__all__ = sorted([*_WHERE, "ZarrFormat", "for_zarr", "of_refs"])
 _ZARR = {2: "zarr2", 3: "zarr3"}
 
 
@@ -53,6 +53,7 @@ class ZarrFormat(Protocol):
     label: str  # "zarr v2": how messages name it
     consolidated_key: str | None  # the key of the consolidated metadata (None: in the root document)
     combinable: bool  # batch's combine merges indexes of this format
+    summary_fields: dict[str, Any]  # what a write's summary adds for this format
 
     def apply_convention(self, tree: Tree, convention: Any) -> tuple[str, list[tuple[str, str]]]: ...
     def codec_names(self, tree: Tree) -> list[str]: ...
@@ -64,6 +65,7 @@ class ZarrFormat(Protocol):
     def write_parquet(self, tree: Tree, path: str | os.PathLike, *, record_size: int) -> dict[str, Any]: ...
     def with_attributes(self, refs: RefsDocument,
                         change: Callable[[dict[str, Any]], dict[str, Any]]) -> RefsDocument: ...
+    def documents_in(self, refs: dict[str, Any]) -> tuple[set[str], int]: ...
 
 
 def for_zarr(number: int) -> ZarrFormat:
@@ -73,3 +75,14 @@ def for_zarr(number: int) -> ZarrFormat:
     return import_module(f"{__name__}.{_ZARR[number]}").FORMAT
 
 __getattr__ = attribute_loader(__name__, _WHERE)
+
+
+def of_refs(refs: dict[str, Any]) -> ZarrFormat:
+    """The format of a loaded index (an RFS dict, or a parquet index's metadata): a root ``zarr.json``,
+    or the format its provenance records (none: zarr v2)."""
+    body = refs.get("refs") if "version" in refs else refs
+    if isinstance(body, dict) and "zarr.json" in body:
+        return for_zarr(3)
+    prov = refs.get("refindex")
+    recorded = prov.get("zarr_format") if isinstance(prov, dict) else None
+    return for_zarr(recorded if recorded in _ZARR else 2)

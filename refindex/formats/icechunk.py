@@ -1,7 +1,7 @@
 """The index as an Icechunk repository: zarr v3 documents, virtual chunk references, one commit.
 
 Icechunk (a transactional, versioned zarr v3 store) holds the documents of a v3 index
-(:func:`refindex.formats.zarr3.hierarchy`) with the chunk references as *virtual* chunks: a
+(:func:`refindex.formats.v3.hierarchy`) with the chunk references as *virtual* chunks: a
 reader fetches them from the source through one of the repository's virtual chunk
 containers (URL prefixes declared in its configuration, each authorized by the reader).
 Inline data becomes native chunks.
@@ -38,7 +38,7 @@ import numpy as np
 from .. import urls
 from ..errors import RefindexError
 from ..model import ChunkTable, Pages, Tree
-from . import zarr3
+from . import v3
 from .pages import pages_document
 
 DENSE_SHARE = 0.25  # chunk tables filling at least this share of their grid go in as whole columns
@@ -314,7 +314,7 @@ def missing_parents(store: Any, group: str) -> list[tuple[str, bytes]]:
     for i in range(len(parts)):
         key = join(*parts[:i], "zarr.json")
         if not sync(store.exists(key)):
-            items.append((key, document_bytes(zarr3.group_document({}), key)))
+            items.append((key, document_bytes(v3.group_document({}), key)))
     return items
 
 
@@ -334,7 +334,7 @@ def write_tree(store: Any, tree: Tree, group: str, *, parents: bool = True) -> d
     """
     from zarr.core.sync import sync
 
-    h = zarr3.hierarchy(tree)
+    h = v3.hierarchy(tree)
     base = group.strip("/")
     documents = [(join(base, path, "zarr.json"), document_bytes(doc, join(base, path)))
                  for path, doc in h.documents.items()]
@@ -360,7 +360,7 @@ def write_tree(store: Any, tree: Tree, group: str, *, parents: bool = True) -> d
 def group_record(tree: Tree, counts: dict[str, int], pages: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a commit records of one group: the index's provenance, the containers it reads, its counts,
     and where its pages are (``pages``: what :func:`write_pages` returned)."""
-    record = {k: v for k, v in zarr3.provenance(tree).items() if k != "pages"}
+    record = {k: v for k, v in v3.provenance(tree).items() if k != "pages"}
     return record | {"containers": sorted(prefixes_of(tree)), "counts": dict(counts)} | (
         {"pages": pages} if pages else {})
 
@@ -465,7 +465,7 @@ def write_icechunk(tree: Tree, target: IcechunkTarget, *, version: str = "") -> 
         except Conflict:
             if attempt == TRIES - 1:
                 raise
-    return {"format": FORMAT, "zarr_format": zarr3.ZARR_FORMAT, "snapshot": snapshot, "branch": target.branch,
+    return {"format": FORMAT, "zarr_format": v3.ZARR_FORMAT, "snapshot": snapshot, "branch": target.branch,
             "repository": target.repo, "group": group, "containers": records[group]["containers"],
             "skipped": list(tree.skipped), "source": dict(records[group].get("source") or {}), **counts}
 

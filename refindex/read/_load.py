@@ -213,10 +213,6 @@ def parquet_metadata(path: str | os.PathLike, storage_options: dict[str, Any] | 
 
 def zarr_format_of(index: Any, storage_options: dict[str, Any] | None = None) -> int:
     """2 or 3: the zarr format of a loaded index (a refs dict, or a parquet folder's path)."""
-    if isinstance(index, dict):
-        body = index.get("refs") if "version" in index else index
-        if isinstance(body, dict) and "zarr.json" in body:
-            return 3
-        prov = index.get("refindex")
-        return 3 if isinstance(prov, dict) and prov.get("zarr_format") == 3 else 2
-    return 3 if "zarr.json" in parquet_metadata(index, storage_options)["metadata"] else 2
+    from ..formats import of_refs
+
+    return of_refs(index if isinstance(index, dict) else parquet_metadata(index, storage_options)["metadata"]).number

@@ -21,7 +21,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 
 from ..errors import GroupNotFound, RefindexError
 from ..model import ChunkTable
-from ..formats.zarr3 import V3Array
+from ..formats.v3 import V3Array
 from .scan import Scan, as_uri
 
 INLINED = "__inlined__"  # VirtualiZarr's path of an inlined chunk (virtualizarr.manifests.manifest)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .. import conventions, formats, pipeline
 from ..errors import NotForXarray
 from ..options import ScanOptions
-from ..formats.zarr3 import Hierarchy
+from ..formats.v3 import Hierarchy
 
 NWB_HINT = ("an HDMF/NWB file (object references, links and ragged tables that xarray cannot model): index it "
             "with refindex.scan_to_file(path, out, zarr_format=3) and read it with hdmf-zarr's NWBZarrIO "
@@ -47,7 +47,7 @@ def scan_hierarchy(source: str, options: ScanOptions) -> Scan:
     if chosen == "hdmf" and options.convention == "auto":
         raise NotForXarray(f"not served to xarray: {NWB_HINT}", file=scanned.label)
     tree = pipeline.prepare_tree(scanned, options.but(convention=chosen))
-    return Scan(formats.zarr3.hierarchy(tree), tree.url, list(tree.skipped), chosen)
+    return Scan(formats.v3.hierarchy(tree), tree.url, list(tree.skipped), chosen)
 
 
 def scan_hierarchy_job(source: str, options: ScanOptions) -> Scan:
