@@ -2,7 +2,7 @@
 
 ``import refindex`` and refindex's entry points stay light: h5py, zarr and the rest load
 with the function that needs them.  A module's objects live as long as the process, so
-garbage collection is held while it loads (:mod:`refindex.gcpause`).
+garbage collection is held while it loads (:mod:`refindex.isolation.gcpause`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from .gcpause import held_collections
+from .isolation.gcpause import held_collections
 
 
 def attribute_loader(package: str, where: dict[str, str]) -> Callable[[str], Any]:

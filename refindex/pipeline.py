@@ -206,7 +206,7 @@ def array_refusal(node: Any, options: ScanOptions) -> str | None:
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
     """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
-    from .isolate import run_isolated
+    from .isolation.worker import run_isolated
     from .options import time_limit_of
 
     result, job_stats = run_isolated(job, {"source": os.fspath(source), "options": options},

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex.isolate import Worker
+from refindex.isolation.worker import Worker
 from refindex.model import ChunkTable
 from refindex.options import ScanOptions
 from refindex.scanner import ScanContext

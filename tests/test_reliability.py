@@ -21,7 +21,7 @@ from refindex.cli import main as cli_main
 from refindex.errors import (NotHDF5Error, OutputError, RefindexError, SourceError, StaleIndexError,
                              UnsupportedError)
 from refindex.errors import WorkerCrashed, WorkerTimeout
-from refindex.isolate import Worker
+from refindex.isolation.worker import Worker
 
 from conftest import assert_same_values, consumer_open, free_port, moto_s3, notes, scan_open, zvalues
 
@@ -267,7 +267,7 @@ def test_a_watched_job_that_stops_moving_is_stopped_at_its_stall_limit(tmp_path)
             w.run(stall, {"source": src, "limit": 1.0, "moving": 0.3}, timeout=600)
         assert (err.value.file, err.value.reason) == (src, said)
         assert w.run(stall, {"source": src, "limit": 1.0, "moving": 2.0, "hold": False}, timeout=600) == "done"
-    code = ("import sys\nfrom refindex import forked\nfrom refindex.testing.jobs import stall\n"
+    code = ("import sys\nfrom refindex.isolation import forked\nfrom refindex.testing.jobs import stall\n"
             "assert forked.can_fork()\n"
             "for kw in ({'limit': 1.0, 'moving': 0.3}, {'limit': 1.0, 'moving': 2.0, 'hold': False}):\n"
             "    try:\n"

@@ -81,13 +81,13 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     its server sends no validator, and a re-upload of the same bytes is not.  ``accept(refs)``
     may refuse an index (raising) before it is cached.
     """
-    from ..gcpause import collections_allowed
+    from ..isolation.gcpause import collections_allowed
     from ..pipeline import scan_refs
 
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
     folder = cache_folder(cache)
     if folder is None:
-        with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+        with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
             refs = scan_refs(url, options, progress="auto")
         if accept is not None:
             accept(refs)
@@ -96,7 +96,7 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     entry = cache_entry(folder, where, options)
     refs = _cached_entry(entry, storage_options)
     if refs is None:
-        with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+        with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
             refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
         if accept is not None:
             accept(refs)

@@ -36,7 +36,7 @@ import sys
 import warnings
 from typing import Callable, NoReturn
 
-from ..lifetime import die_with_parent, silenced
+from ..isolation.lifetime import die_with_parent, silenced
 from ..model import Tree
 from ..progress import NoProgress
 from ._context import ScanContext

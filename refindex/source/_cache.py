@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceError
-from ..gcpause import held_collections
+from ..isolation.gcpause import held_collections
 from ..options import CacheOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts

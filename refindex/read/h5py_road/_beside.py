@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from ... import urls
-from ...gcpause import collections_allowed
-from ...lifetime import exit_with_process, process_pipe, silenced
+from ...isolation.gcpause import collections_allowed
+from ...isolation.lifetime import exit_with_process, process_pipe, silenced
 from ...model import Pages
 from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
@@ -80,7 +80,7 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
     where = urls.normalise(url)
     entry = cache_entry(folder, where, options) if folder is not None else None
     so = dict(remote_options if remote_options is not None else storage_options or {})
-    with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+    with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
         with opened_for_scan(where, options) as opened:
             road = whole_road(opened, entry, so, accept_file, links_out)
             if road is None:
@@ -240,7 +240,7 @@ def _reap(pid: int, pipe_end: int, ended: threading.Event) -> None:
 def wait_for_indexes(seconds: float | None = None) -> None:
     """At the normal end of a process: wait for the children still making its cache entries, up to
     ``seconds`` (:data:`EXIT_WAIT`) in all.  A short script ends before its child is done, and the child
-    ends with it (:func:`~refindex.lifetime.exit_with_process`): its entry would never be written.
+    ends with it (:func:`~refindex.isolation.lifetime.exit_with_process`): its entry would never be written.
     (A process forked from this one does not wait for its parent's children.)"""
     deadline = time.monotonic() + (EXIT_WAIT if seconds is None else seconds)
     for owner, ended in list(_MAKING.values()):

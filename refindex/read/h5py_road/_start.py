@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import urls
-from ...gcpause import held_for_open
+from ...isolation.gcpause import held_for_open
 from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
 
 ASK_EARLY_FROM = 256 << 10  # an index at least this long has its source asked before it has all arrived
@@ -57,7 +57,7 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     External links cannot be followed through h5py's file-object driver: a file that has
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
-    # what an open allocates lives as long as the file (refindex.gcpause)
+    # what an open allocates lives as long as the file (refindex.isolation.gcpause)
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
     with held_for_open(), requested_early(target, storage_options, cache, asked) as fetched:
         from ._open import Road, open_road, prepared

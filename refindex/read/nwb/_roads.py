@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any, Literal
 
 from ...errors import RefindexError
-from ...gcpause import held_for_open
+from ...isolation.gcpause import held_for_open
 from .._attrtypes import provenance_of, recorded_types
 from .._load import zarr_format_of
 from .._open import ReadOptions, SourceCheck, declared_of, index_location, prepare_unchecked, store_of
@@ -32,7 +32,7 @@ READ_AHEAD_BYTES = 8 << 20  # the first chunk of the main recording, fetched whi
 def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     """(the index of ``refs`` prepared, the ``h5py.File`` over it or None when ``reader`` says the zarr road
     takes it: "auto" and links into other files).  Collection is held while it opens (the open's
-    objects live as long as the file, refindex.gcpause); pynwb's read after it is not held.
+    objects live as long as the file, refindex.isolation.gcpause); pynwb's read after it is not held.
     ``options``: :func:`~refindex.read.h5py_road.prepared`'s (``fetched`` among them)."""
     from ..h5py_road import Road, on_the_fly, open_road, prepared, uncached_remote_hdf5
 
