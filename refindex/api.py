@@ -9,7 +9,7 @@ from . import pipeline
 from .model import RefsDocument
 from .options import ScanKeywords, ScanOptions, options_from
 from .pipeline import WriteSummary, __version__
-from .progress import ProgressSetting
+from .feedback.progress import ProgressSetting
 
 __all__ = ["__version__", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet"]
 
@@ -32,7 +32,7 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     ``stats``: filled with request/byte counts and timings.  ``progress``: ``"auto"`` (the
     default) draws a bar in a Jupyter notebook once the scan has run a few seconds; True
     always (a notebook widget, a terminal bar, or plain lines in a log); False never; or pass
-    an object with the methods of :class:`refindex.progress.Progress`.
+    an object with the methods of :class:`refindex.feedback.progress.Progress`.
 
     Isolation is off by default here, while ``refindex scan`` isolates by default: a
     damaged file can make libhdf5 abort or loop forever, which takes the calling process

@@ -22,7 +22,7 @@ ZARR_FORMATS = (2, 3)
 MIN_TIME_LIMIT = 60.0  # seconds: any file, however small (remote round trips included)
 SLOWEST_READ = 2 * MiB  # bytes/s: the limit lets a scan read the whole file this slowly
 REMOTE_TIME_LIMIT = 600.0  # seconds: remote files, whose size is not known before they are opened
-STALL_LIMIT = 10.0  # seconds a worker may go without a pulse (refindex.progress) while libhdf5 reads a local file
+STALL_LIMIT = 10.0  # seconds a worker may go without a pulse (refindex.feedback.progress) while libhdf5 reads a local file
 REMOTE_STALL_LIMIT = 60.0  # the same for a remote file
 TIME_LIMIT_POLICY = ("1 s per 2 MiB of the input, at least 60 s; 600 s for a remote input; and while libhdf5 "
                      "reads the file, 10 s without progress (60 s remote)")
@@ -44,7 +44,7 @@ def time_limit(size: int | None) -> float:
 
 def stall_limit_of(source: Any, timeout: float | None = None) -> float | None:
     """How long the worker of an isolated scan of ``source`` may go without a pulse (held by libhdf5 in
-    one call, :mod:`refindex.progress`) before it is stopped: :data:`STALL_LIMIT`, remote files
+    one call, :mod:`refindex.feedback.progress`) before it is stopped: :data:`STALL_LIMIT`, remote files
     :data:`REMOTE_STALL_LIMIT`.  A ``timeout`` given on purpose replaces both limits (None)."""
     import os
 

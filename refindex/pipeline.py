@@ -18,7 +18,7 @@ from . import codecs, conventions, safety, urls, writers
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of
-from .progress import ProgressSetting, ScanProgress, watch
+from .feedback.progress import ProgressSetting, ScanProgress, watch
 from .scanner import ScanContext, choose_pages, scan_file
 from .source import ReadRecorder, Source, open_source
 

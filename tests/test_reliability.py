@@ -254,7 +254,7 @@ def test_isolation_turns_crash_and_hang_into_errors():
 def test_a_watched_job_that_stops_moving_is_stopped_at_its_stall_limit(tmp_path):
     """Issue 45: the time limit of an isolated scan is sized by the file (60 s at least), so a small file
     on which libhdf5 loops held its worker for a minute.  A watched scan's worker pulses whenever it
-    gets to run (refindex.progress); one held in a single call for its stall limit is killed with an
+    gets to run (refindex.feedback.progress); one held in a single call for its stall limit is killed with an
     error naming the file, in a fresh-interpreter Worker and in the command line's forked child alike.
     A job that keeps running Python past that limit is not."""
     from refindex.testing import stall

@@ -82,7 +82,7 @@ from typing import Any, Unpack
 from .. import urls
 from ..errors import RefindexError
 from ..options import ScanKeywords, ScanOptions, options_from
-from ..progress import ProgressSetting, progress_bar
+from ..feedback.progress import ProgressSetting, progress_bar
 from ..writers.icechunk import IcechunkTarget
 from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups

@@ -33,7 +33,7 @@ from .worker import (Cleanup, Job, StallWatch, death_error, job_outcome, pulse_s
                      stall_error, timeout_error, unsendable)
 from .lifetime import clean_after, die_with_parent, finished
 from ..options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
-from ..progress import set_watcher
+from ..feedback.progress import set_watcher
 
 _HEADER = struct.Struct("<Q")  # the child's message: its length, then a pickle
 _STDERR_KEPT = 1 << 20  # bytes of a quiet child's stderr kept (the most recent)
@@ -249,7 +249,7 @@ def _reap(pid: int, grace: float = 5.0) -> int | None:
 
 
 class _Stuck(Exception):
-    """The child, watched (:mod:`refindex.progress`), sent no pulse for ``limit`` seconds."""
+    """The child, watched (:mod:`refindex.feedback.progress`), sent no pulse for ``limit`` seconds."""
 
     def __init__(self, limit: float):
         super().__init__(limit)

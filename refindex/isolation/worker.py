@@ -166,7 +166,7 @@ def stall_error(limit: float, label: str | None) -> WorkerTimeout:
 
 
 class StallWatch:
-    """The parent's reading of a worker's pulses (:mod:`refindex.progress`): each line is "still here,
+    """The parent's reading of a worker's pulses (:mod:`refindex.feedback.progress`): each line is "still here,
     stall limit N s" (0: not watched).  :meth:`deadline` is when a watched worker counts as stuck."""
 
     def __init__(self) -> None:
@@ -188,7 +188,7 @@ class StallWatch:
 
 
 def pulse_sender(fd: int) -> Callable[[float], None]:
-    """The worker's side of the pulse pipe ``fd``: a :func:`refindex.progress.set_watcher` callable."""
+    """The worker's side of the pulse pipe ``fd``: a :func:`refindex.feedback.progress.set_watcher` callable."""
     os.set_blocking(fd, False)
 
     def send(limit: float) -> None:
@@ -412,7 +412,7 @@ def worker_main(argv: list[str]) -> None:
 
     r, w, limit = int(argv[0]), int(argv[1]), int(argv[2])
     if len(argv) > 3:
-        from ..progress import set_watcher
+        from ..feedback.progress import set_watcher
 
         set_watcher(pulse_sender(int(argv[3])))
     for name in PRELOAD:  # pay the heavy imports once, before the first job

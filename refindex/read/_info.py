@@ -14,7 +14,7 @@ class IndexInfo(dict):
     """What :func:`info` returns: a plain dict (JSON-ready), shown as a table in a notebook."""
 
     def _repr_html_(self) -> str:
-        from ..display import fields
+        from ..feedback.display import fields
 
         size = self.get("bytes_referenced", 0) + self.get("inline_bytes", 0)
         rows = [("format", f"{self.get('format', 'json')}, zarr v{self.get('zarr_format')}"),

@@ -87,7 +87,7 @@ class CheckReport:
         return f"{len(self.differences)} difference(s) from the template"
 
     def _repr_html_(self) -> str:
-        from ..display import table, verdict
+        from ..feedback.display import table, verdict
 
         title = verdict(self.ok, self.summary())
         return table(["path", "difference"], self.differences, title=title) if self.differences else f"<p>{title}</p>"

@@ -69,7 +69,7 @@ class FetchStats:
                 "keys_fetched": len(self.keys)}
 
     def _repr_html_(self) -> str:
-        from ..display import fields
+        from ..feedback.display import fields
 
         return fields([("requests", self.requests), ("round trips", self.round_trips),
                        ("bytes fetched", self.bytes_fetched), ("keys fetched", len(self.keys))],

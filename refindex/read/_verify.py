@@ -69,7 +69,7 @@ class VerifyReport:
 
     def _repr_html_(self) -> str:
         """In a notebook: the verdict, the counts, and every dataset that is not exact."""
-        from ..display import table, verdict
+        from ..feedback.display import table, verdict
 
         counts = ", ".join(f"{self.count(s):,} {s}" for s in STATUSES if self.count(s)) or "no datasets"
         title = verdict(self.ok, f"verify {self.file}: {counts}")

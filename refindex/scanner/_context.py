@@ -19,7 +19,7 @@ from ..compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
-from ..progress import NoProgress, Progress
+from ..feedback.progress import NoProgress, Progress
 from ._objects import wrapped
 from .chunkindex import FileFacts, IndexStats, Unparsed
 from ..source import INDEX_PREFIX, META, ReadRecorder

@@ -38,7 +38,7 @@ from typing import Callable, NoReturn
 
 from ..isolation.lifetime import die_with_parent, silenced
 from ..model import Tree
-from ..progress import NoProgress
+from ..feedback.progress import NoProgress
 from ._context import ScanContext
 from .chunkindex import IndexStats
 
