@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
-from . import codecs, conventions, safety, urls, writers
+from . import codecs, conventions, urls, writers
+from .checks import safety
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of

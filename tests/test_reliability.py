@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import pipeline, safety, source as source_mod
+from refindex import pipeline, source as source_mod
+from refindex.checks import safety
 from refindex.options import ScanOptions
 from refindex.testing import selftest
 from refindex.cli import main as cli_main

@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from ..codecs import jsonable
-from ..compare import object_key, records_equal, values_of
+from ..checks.compare import object_key, records_equal, values_of
 from ..errors import RefindexError
 from ..source import open_source
 from ._load import load_refs

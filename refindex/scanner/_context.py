@@ -15,7 +15,7 @@ from typing import Any, Callable
 import h5py
 
 from .. import urls
-from ..compare import object_key
+from ..checks.compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
