@@ -20,7 +20,7 @@ import refindex
 import webserver
 from refindex.errors import SourceError, StaleIndexError
 from refindex.options import CacheOptions
-from refindex.read._load import load_refs
+from refindex.read.index._load import load_refs
 from refindex.source import QuickHTTP, described, quick_filesystem, retry_policy
 from refindex.source._http import MANY
 

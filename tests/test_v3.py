@@ -511,7 +511,7 @@ def _check_h5py(path: Path, g3: zarr.Group, refs: dict) -> int:
             got = values(g3[obj_name])
             view = notes(refs, obj_name).get("refindex_view_dtype")
             if view is not None:  # long doubles as raw bytes: the numbers they hold
-                from refindex.read._verify import view_dtype
+                from refindex.read.inspect._verify import view_dtype
 
                 got = got.view(view_dtype(view))
             checked += 1

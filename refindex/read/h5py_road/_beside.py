@@ -52,8 +52,8 @@ from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
 from ...scanner import chunk_runs
 from ...source import held_bytes
-from .._load import keep_in_cache
-from .._names import CacheSetting, cache_entry, cache_folder
+from ..index._load import keep_in_cache
+from ..index._names import CacheSetting, cache_entry, cache_folder
 from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)

@@ -26,7 +26,7 @@ from typing import Any
 
 from ... import urls
 from ...isolation.gcpause import held_for_open
-from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
+from ..index._names import CacheSetting, cache_entry, cache_folder, kind_by_name
 
 ASK_EARLY_FROM = 256 << 10  # an index at least this long has its source asked before it has all arrived
 # the head of a JSON index refindex wrote: its first template is the HDF5 file it describes
@@ -145,7 +145,7 @@ class _AskedEarly:
         if self.done or length is None or length < ASK_EARLY_FROM or found is None:
             return
         url = urls.normalise(json.loads(found.group(1)))
-        from .._urlpolicy import UrlPolicy, allowed_patterns
+        from ..index._urlpolicy import UrlPolicy, allowed_patterns
 
         policy = UrlPolicy(self.target, allowed=allowed_patterns(self.source.allowed_urls), trust=self.source.trust)
         if policy.refusal(url) is not None:

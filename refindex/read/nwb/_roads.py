@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from ...errors import RefindexError
 from ...isolation.gcpause import held_for_open
-from .._attrtypes import provenance_of, recorded_types
-from .._load import zarr_format_of
-from .._open import ReadOptions, SourceCheck, declared_of, index_location, prepare_unchecked, store_of
-from .._store import IndexStore
+from ._attrtypes import provenance_of, recorded_types
+from ..index._load import zarr_format_of
+from ..zarr_store._open import ReadOptions, SourceCheck, declared_of, index_location, prepare_unchecked, store_of
+from ..zarr_store._store import IndexStore
 from ._external import ExternalIndexes
 from ._io import nwb_io_class, nwb_io_class_v3
 from ._readahead import first_acquisition_chunks
@@ -86,7 +86,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     is read through hdmf-zarr's ``NWBZarrIO`` over its read-only session's store.
 
     Attributes whose type JSON cannot carry (``uint64``, ``float32``, arrays) get the type the
-    scan recorded (:mod:`refindex.read._attrtypes`) before the containers are made on the zarr
+    scan recorded (:mod:`refindex.read.nwb._attrtypes`) before the containers are made on the zarr
     road, as ``NWBHDF5IO`` hands them over: files hdmf-zarr alone cannot build (an unsigned
     attribute a constructor checks) open here.
 
@@ -121,7 +121,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
                 return _read_icechunk(prep.icechunk, options, external, scan_missing)
             loaded, opts, check = prep.loaded, replace(prep.read_options, remote_protocol=remote_protocol), prep.check
         else:
-            from .._open import opened_icechunk
+            from ..zarr_store._open import opened_icechunk
 
             ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
                                  branch=branch, snapshot=snapshot, check_source=check_source)

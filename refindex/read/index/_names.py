@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from .. import __version__, urls
-from ..options import INDEX_FORM, ScanOptions
+from ... import __version__, urls
+from ...options import INDEX_FORM, ScanOptions
 
 Kind = Literal["json", "parquet", "hdf5"]
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")
