@@ -53,7 +53,7 @@ from ...pipeline import OpenedScan, opened_for_scan
 from ...scanner import chunk_runs
 from ...source import held_bytes
 from ..index._load import keep_in_cache
-from ..index._names import CacheSetting, cache_entry, cache_folder
+from ..index._names import CacheSetting, IndexCache
 from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
@@ -76,9 +76,9 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
     anything is cached (``open_nwb``: not an NWB file); ``links_out=False``: a file linking into other
     files is indexed here (``open_nwb``'s "auto" reads it through the zarr road, which needs the index)."""
     options = ScanOptions().but(storage_options=dict(storage_options or {}))
-    folder = cache_folder(cache)
+    cache = IndexCache.of(cache)
     where = urls.normalise(url)
-    entry = cache_entry(folder, where, options) if folder is not None else None
+    entry = cache.entry(where, options)
     so = dict(remote_options if remote_options is not None else storage_options or {})
     with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
         with opened_for_scan(where, options) as opened:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ... import urls
 from ...isolation.gcpause import held_for_open
-from ..index._names import CacheSetting, cache_entry, cache_folder, kind_by_name
+from ..index._names import CacheSetting, IndexCache, kind_by_name
 
 ASK_EARLY_FROM = 256 << 10  # an index at least this long has its source asked before it has all arrived
 # the head of a JSON index refindex wrote: its first template is the HDF5 file it describes
@@ -59,6 +59,7 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     """
     # what an open allocates lives as long as the file (refindex.isolation.gcpause)
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
+    cache = IndexCache.of(cache)  # resolved once: every step below is handed the same folder
     with held_for_open(), requested_early(target, storage_options, cache, asked) as fetched:
         from ._open import Road, open_road, prepared
 
@@ -171,10 +172,7 @@ def uncached_remote_hdf5(target: Any, cache: CacheSetting) -> bool:
     does not hold?  (Then it is scanned on the fly, :func:`~refindex.read.h5py_road.on_the_fly`.)"""
     if not isinstance(target, str) or kind_by_name(target) != "hdf5" or urls.is_local(target):
         return False
-    from ...options import ScanOptions
-
-    folder = cache_folder(cache)  # (the entry's name does not depend on storage options)
-    return folder is None or not cache_entry(folder, target, ScanOptions()).exists()
+    return not IndexCache.of(cache).holds(target)
 
 
 def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: CacheSetting) -> Callable[[], None] | None:

@@ -12,7 +12,7 @@ nothing here imports them.  Names load on first use: ``_names`` is imported befo
 from ...lazy import attribute_loader
 
 _WHERE = {
-    "CacheSetting": "_names", "cache_entry": "_names", "cache_folder": "_names", "kind_by_name": "_names",
+    "CacheSetting": "_names", "IndexCache": "_names", "cache_entry": "_names", "cache_folder": "_names", "kind_by_name": "_names",
     "index_of_file": "_load", "keep_in_cache": "_load", "kind_of": "_load", "load_index": "_load",
     "load_refs": "_load", "parquet_metadata": "_load", "zarr_format_of": "_load",
     "IcechunkIndex": "_icechunk", "icechunk_index": "_icechunk", "is_repository": "_icechunk",

@@ -25,7 +25,7 @@ from ...errors import RefindexError, SourceError
 from ...model import ZMETADATA, RefsDocument
 from ...options import ScanOptions
 from ...source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
-from ._names import CacheSetting, Kind, cache_entry, cache_folder, kind_by_name
+from ._names import CacheSetting, IndexCache, Kind, kind_by_name
 
 
 def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
@@ -85,15 +85,15 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     from ...pipeline import scan_refs
 
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
-    folder = cache_folder(cache)
-    if folder is None:
+    cache = IndexCache.of(cache)
+    if cache.folder is None:
         with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
             refs = scan_refs(url, options, progress="auto")
         if accept is not None:
             accept(refs)
         return refs
     where = urls.normalise(url)
-    entry = cache_entry(folder, where, options)
+    entry = cache.entry(where, options)
     refs = _cached_entry(entry, storage_options)
     if refs is None:
         with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)

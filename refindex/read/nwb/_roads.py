@@ -104,6 +104,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     options = ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                              remote_protocol=remote_protocol, check_source=check_source, cache=cache,
                              allowed_urls=allowed_urls, trust=trust)
+    cache = options.cache  # the index cache, resolved once for every step below
     from ..h5py_road import SourceAsk, requested_early
 
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ...model import RefsDocument
 from ..index._load import load_index, load_refs, parquet_metadata, zarr_format_of
-from ..index._names import CacheSetting
+from ..index._names import CacheSetting, IndexCache
 from ..index._repository import named_otherwise
 from ..index._urlpolicy import UrlPolicy, allowed_patterns
 
@@ -64,7 +64,7 @@ class ReadOptions:
            remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
            allowed_urls: Sequence[str] | str | None = None, trust: bool = False,
            index_url: str | None = None) -> "ReadOptions":
-        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, cache,
+        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, IndexCache.of(cache),
                    allowed_patterns(allowed_urls), trust, index_url)
 
     def url_policy(self) -> UrlPolicy:
