@@ -104,17 +104,16 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     options = ReadOptions.of(storage_options=storage_options, remote_options=remote_options,
                              remote_protocol=remote_protocol, check_source=check_source, cache=cache,
                              allowed_urls=allowed_urls, trust=trust)
-    cache = options.cache  # the index cache, resolved once for every step below
     from ..h5py_road import SourceAsk, requested_early
 
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
-    with requested_early(refs, storage_options, cache, asked) as fetched:  # as h5py_file: sent before the rest loads
+    with requested_early(refs, storage_options, options.cache, asked) as fetched:  # as h5py_file: sent before the rest loads
         if reader != "zarr":
             from pynwb import NWBHDF5IO
 
             prep, road = _h5py_road(refs, reader, storage_options=storage_options, remote_options=remote_options,
-                                    check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                    group=group, branch=branch, snapshot=snapshot, fetched=fetched)
+                                    check_source=check_source, cache=options.cache, allowed_urls=allowed_urls,
+                                    trust=trust, group=group, branch=branch, snapshot=snapshot, fetched=fetched)
             if road is not None:
                 return _read_kept(NWBHDF5IO(file=road, mode="r"))
             # "auto" and links into other files: the zarr road follows them through the linked files' indexes
