@@ -25,7 +25,9 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     ``inline_threshold``, ``inline_dataset_threshold``, ``inline_max``,
     ``contiguous_chunk_bytes``, ``on_unsupported``, ``follow_external`` (also index the
     files external links point into; embedded under ``refs["refindex"]["external"]``),
-    ``allowed_root`` / ``allow_outside``, ``max_inline_total``, ``check_sample``, ``cache``,
+    ``allowed_root`` / ``allow_outside``, ``max_inline_total``, ``check_sample``, ``fetch``
+    (how a remote file's bytes are fetched, :class:`~refindex.options.FetchOptions`; ``cache``
+    is its former name),
     ``isolate`` / ``timeout`` (libhdf5 in a worker process, see :mod:`refindex.isolation.worker`),
     ``zarr_format`` (2, the default, or 3: ``zarr.json`` documents, chunk keys ``c/i/j``,
     hdmf-zarr 0.14's v3 convention for NWB files).

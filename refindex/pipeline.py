@@ -140,7 +140,7 @@ def opened_for_scan(source: str | os.PathLike, options: ScanOptions) -> Iterator
     recorder = ReadRecorder(options.page_size) if options.pages else None
     watch(stall_limit_of(source, options.timeout))  # libhdf5 from here: a worker that stops moving is stopped
     try:
-        with open_source(source, options.storage_options, options.cache, recorder) as src:
+        with open_source(source, options.storage_options, options.fetch, recorder) as src:
             yield OpenedScan(src, options, recorder)
     finally:
         watch(None)

@@ -825,7 +825,7 @@ def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
 
     refindex.scan(f"{base}/data.h5")  # modules imported before the threshold drops
     with _counted_collections(locked_elsewhere) as threads:
-        refs = refindex.scan(f"{base}/data.h5", cache=refindex.CacheOptions(block_size=4096, first_read=4096,
+        refs = refindex.scan(f"{base}/data.h5", fetch=refindex.FetchOptions(block_size=4096, first_read=4096,
                                                                               prefetch_metadata=False))
         with refindex.h5py_file(refs) as f, h5py.File(folder / "data.h5", "r") as want:
             np.testing.assert_array_equal(f["data"][:], want["data"][:])

@@ -222,7 +222,7 @@ def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
         url = server.put("web.h5", p.read_bytes())
         stats: dict = {}
         refs = refindex.scan(url, stats=stats)
-        opts = source_mod.CacheOptions()
+        opts = source_mod.FetchOptions()
         asked = [(method, rng) for method, _, rng in server.requests]
         assert sorted(asked, key=str) == sorted(
             [("HEAD", None), ("GET", f"bytes=0-{opts.first_read - 1}"),

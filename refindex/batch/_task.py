@@ -92,7 +92,7 @@ def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, An
                 return [index_one(t) for t in tasks]  # each in a subprocess of its own
     from ..source import scan_ahead
 
-    drops = [scan_ahead(t.source, t.options.storage_options, t.options.cache) for t in tasks]
+    drops = [scan_ahead(t.source, t.options.storage_options, t.options.fetch) for t in tasks]
     try:
         rows = []
         for i, t in enumerate(tasks):

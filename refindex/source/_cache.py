@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import SourceError
 from ..isolation.gcpause import held_collections
-from ..options import CacheOptions
+from ..options import FetchOptions as CacheOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts
 from ._retry import is_transient, retry_policy

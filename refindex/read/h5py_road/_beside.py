@@ -2,7 +2,7 @@
 trips fetched, and the index, when the cache wants one, is made beside.
 
 A remote file of many small objects (an NWB file of hundreds of series) no larger than
-``CacheOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
+``FetchOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
 metadata is scattered over all of it), and libhdf5 then spends most of the scan in
 per-object calls: on P4's many-object file 0.6 s of walk (shared with a helper process)
 after 0.35-0.45 s of fetching.  The h5py road does not need an index to read such a file,

@@ -182,7 +182,7 @@ def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: Cache
     None for anything else (a cached index is checked for freshness instead: nothing to ask)."""
     if not uncached_remote_hdf5(target, cache):
         return None
-    from ...options import CacheOptions
+    from ...options import FetchOptions
     from ...source import request_ahead  # _quick, _http and _retry only
 
-    return request_ahead(urls.normalise(target), storage_options, CacheOptions().end_spans())  # as scans ask
+    return request_ahead(urls.normalise(target), storage_options, FetchOptions().end_spans())  # as scans ask
