@@ -8,7 +8,11 @@ the store that serves an index from memory (:class:`IndexStore`), the freshness 
 index against its source (:mod:`refindex.read.freshness`), the rules for which URLs an index may make its reader fetch
 (:class:`UrlPolicy`), and the local cache of indexes made on the fly.
 
-The cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
+Two halves: the index side (:mod:`.index`, with :mod:`.freshness`: an index that can be trusted
+and is fresh) and its consumers (:mod:`.zarr_store`, :mod:`.nwb`, :mod:`.h5py_road`,
+:mod:`.inspect`), which import the index side and never the other way round.
+
+The index cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
 ``~/.cache/refindex``; ``REFINDEX_CACHE_DIR=off`` or ``cache=False`` turns it off.
 Entries are whole JSON indexes written atomically; deleting the folder is always safe.
 """
