@@ -100,7 +100,7 @@ def archive(files: int) -> Path:
                 v.attrs["units"] = "K"
                 v[:] = (250 + 40 * rng.random((1, NLAT, NLON))).astype("f4")
             os.replace(tmp, path)
-        per_file.append(refindex.scan(str(path), url=ARCHIVE_HOST + path.name, cache=False, progress=False))
+        per_file.append(refindex.scan(str(path), url=ARCHIVE_HOST + path.name, progress=False))
     doc = combine_same_units(per_file, files)
     tmp = combined.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
@@ -372,7 +372,7 @@ def run(files: int, latency: float, bandwidth: float, timeout: float, repeat: in
     with LatencyStore(OUT, latency, bandwidth) as store:
         url = store.url(path.name)
         index = OUT / "window.refs.json"
-        index.write_text(json.dumps(refindex.scan(str(path), url=url, cache=False, progress=False)))
+        index.write_text(json.dumps(refindex.scan(str(path), url=url, progress=False)))
         repo = OUT / "window.icechunk"
         import shutil
 

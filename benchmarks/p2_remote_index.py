@@ -30,12 +30,12 @@ OLD_CACHE = {"block_size": MiB, "first_read": 4 * MiB, "tail_read": 0, "neighbou
 def child_refindex(url: str, cache_json: str = "{}") -> dict[str, Any]:
     from refindex.api import scan  # imported before the clock starts (refindex loads lazily)
     import h5py, numcodecs, zarr  # noqa: E401,F401 - what a scan loads lazily (zarr: the reader's check), as kerchunk's imports are
-    from refindex.source import CacheOptions
+    from refindex.source import FetchOptions
 
     stats: dict[str, Any] = {}
-    cache = CacheOptions(**json.loads(cache_json))
+    cache = FetchOptions(**json.loads(cache_json))
     so = http_storage_options()  # imports aiohttp: import time is not what is measured
-    refs, sec = timed(lambda: scan(url, storage_options=so, cache=cache, stats=stats))
+    refs, sec = timed(lambda: scan(url, storage_options=so, fetch=cache, stats=stats))
     return {"seconds": sec, "keys": len(refs["refs"]), "own_stats": stats}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .errors import (GroupNotFound, NotHDF5Error, RefindexError, RefindexWarning, SourceError, StaleIndexError,
                      UnsupportedError, UntrustedReference, VerifyError)
 from .lazy import attribute_loader
-from .options import CacheOptions, ScanOptions
+from .options import FetchOptions, ScanOptions
 
 __version__ = "0.1.0"
 
@@ -22,10 +22,10 @@ _WHERE = {
     "read": "read:",  # the read side's other names (refindex.read.cache_folder(), .IndexStore ...), as documented
 }
 
-__all__ = ["BatchReport", "CacheOptions", "CheckReport", "GroupNotFound", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",
+__all__ = ["BatchReport", "CheckReport", "FetchOptions", "GroupNotFound", "NotHDF5Error", "ReadOptions", "RefindexError", "RefindexWarning", "ScanOptions",
            "SourceError", "StaleIndexError", "UnsupportedError", "UntrustedReference", "VerifyError", "VerifyReport", "__version__", "check",
            "h5py_file", "info", "object_model", "open", "open_nwb", "run_batch", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet",
            "verify"]
 
 
-__getattr__ = attribute_loader(__name__, _WHERE)
+__getattr__ = attribute_loader(__name__, _WHERE, renamed={"CacheOptions": "FetchOptions"})

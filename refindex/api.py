@@ -9,7 +9,7 @@ from . import pipeline
 from .model import RefsDocument
 from .options import ScanKeywords, ScanOptions, options_from
 from .pipeline import WriteSummary, __version__
-from .progress import ProgressSetting
+from .feedback.progress import ProgressSetting
 
 __all__ = ["__version__", "scan", "scan_to_file", "scan_to_icechunk", "scan_to_parquet"]
 
@@ -25,14 +25,16 @@ def scan(source: str | os.PathLike, *, options: ScanOptions | None = None, stats
     ``inline_threshold``, ``inline_dataset_threshold``, ``inline_max``,
     ``contiguous_chunk_bytes``, ``on_unsupported``, ``follow_external`` (also index the
     files external links point into; embedded under ``refs["refindex"]["external"]``),
-    ``allowed_root`` / ``allow_outside``, ``max_inline_total``, ``check_sample``, ``cache``,
-    ``isolate`` / ``timeout`` (libhdf5 in a worker process, see :mod:`refindex.isolate`),
+    ``allowed_root`` / ``allow_outside``, ``max_inline_total``, ``check_sample``, ``fetch``
+    (how a remote file's bytes are fetched, :class:`~refindex.options.FetchOptions`; ``cache``
+    is its former name),
+    ``isolate`` / ``timeout`` (libhdf5 in a worker process, see :mod:`refindex.isolation.worker`),
     ``zarr_format`` (2, the default, or 3: ``zarr.json`` documents, chunk keys ``c/i/j``,
     hdmf-zarr 0.14's v3 convention for NWB files).
     ``stats``: filled with request/byte counts and timings.  ``progress``: ``"auto"`` (the
     default) draws a bar in a Jupyter notebook once the scan has run a few seconds; True
     always (a notebook widget, a terminal bar, or plain lines in a log); False never; or pass
-    an object with the methods of :class:`refindex.progress.Progress`.
+    an object with the methods of :class:`refindex.feedback.progress.Progress`.
 
     Isolation is off by default here, while ``refindex scan`` isolates by default: a
     damaged file can make libhdf5 abort or loop forever, which takes the calling process

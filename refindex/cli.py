@@ -185,11 +185,12 @@ def icechunk_job(source: str, target: Any, options: Any, progress: bool) -> tupl
 
 def isolated(job: Any, kwargs: dict[str, Any], args: argparse.Namespace, output: str | None = None, *,
              quiet: bool = True) -> Any:
-    """``job(**kwargs)`` in a worker process (see :mod:`refindex.forked`), killed after ``--timeout``
+    """``job(**kwargs)`` in a worker process (see :mod:`refindex.isolation.forked`), killed after ``--timeout``
     or a limit scaled to the input's size; what a killed worker left half-written beside
     ``output`` is removed.  ``quiet``: the worker's stderr is shown only when it ends well
     (False: it draws a progress bar)."""
-    from . import forked, urls
+    from .isolation import forked
+    from . import urls
     from .options import time_limit_of
 
     source = kwargs["source"]

@@ -1,13 +1,17 @@
 """The options of a scan, as one typed object that travels from the edge (API, CLI, batch) inward.
 
 :class:`ScanOptions` holds what decides an index's content (recorded in its provenance)
-and how the source is read; :class:`CacheOptions` tunes the remote read cache.  Callers
+and how the source is read; :class:`FetchOptions` (its ``fetch``) tunes how a remote file's bytes
+are fetched into the block cache a scan reads through.  Callers
 build one at the edge (``ScanOptions(...)``, or :meth:`ScanOptions.from_keywords` for the
 keyword style of ``refindex.scan``) and every layer reads the fields it needs.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypedDict
 
@@ -22,7 +26,7 @@ ZARR_FORMATS = (2, 3)
 MIN_TIME_LIMIT = 60.0  # seconds: any file, however small (remote round trips included)
 SLOWEST_READ = 2 * MiB  # bytes/s: the limit lets a scan read the whole file this slowly
 REMOTE_TIME_LIMIT = 600.0  # seconds: remote files, whose size is not known before they are opened
-STALL_LIMIT = 10.0  # seconds a worker may go without a pulse (refindex.progress) while libhdf5 reads a local file
+STALL_LIMIT = 10.0  # seconds a worker may go without a pulse (refindex.feedback.progress) while libhdf5 reads a local file
 REMOTE_STALL_LIMIT = 60.0  # the same for a remote file
 TIME_LIMIT_POLICY = ("1 s per 2 MiB of the input, at least 60 s; 600 s for a remote input; and while libhdf5 "
                      "reads the file, 10 s without progress (60 s remote)")
@@ -44,7 +48,7 @@ def time_limit(size: int | None) -> float:
 
 def stall_limit_of(source: Any, timeout: float | None = None) -> float | None:
     """How long the worker of an isolated scan of ``source`` may go without a pulse (held by libhdf5 in
-    one call, :mod:`refindex.progress`) before it is stopped: :data:`STALL_LIMIT`, remote files
+    one call, :mod:`refindex.feedback.progress`) before it is stopped: :data:`STALL_LIMIT`, remote files
     :data:`REMOTE_STALL_LIMIT`.  A ``timeout`` given on purpose replaces both limits (None)."""
     import os
 
@@ -71,8 +75,9 @@ def time_limit_of(source: Any) -> float:
 
 
 @dataclass
-class CacheOptions:
-    """Settings of the remote read cache.
+class FetchOptions:
+    """How a remote file's bytes are fetched into the block cache a scan reads through
+    (:class:`refindex.source.BlockCache`; formerly ``CacheOptions``, a name still accepted).
 
     Defaults are tuned on pynwb files behind 30 ms / 50 MB/s (benchmarks/p2_remote_index.py,
     p4_notebook_open.py): their metadata sits in a few KiB at the start, a few hundred KiB
@@ -156,7 +161,9 @@ class ScanOptions:
     the index: :func:`refindex.h5py_file`; False leaves them out).
 
     How it is made (not recorded): ``url`` (what the references point at, when not the
-    source), ``storage_options`` (fsspec, never written into an index), ``cache``,
+    source), ``storage_options`` (fsspec, never written into an index), ``fetch``
+    (:class:`FetchOptions`: how a remote file's bytes are fetched; ``cache`` is its former name,
+    still accepted with a DeprecationWarning),
     ``follow_external`` (also index files external links point into), ``isolate`` /
     ``timeout`` (run libhdf5 in a worker process killed after ``timeout`` seconds; None:
     :data:`TIME_LIMIT_POLICY`),
@@ -183,7 +190,7 @@ class ScanOptions:
     page_size: int = PAGE_SIZE
     url: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
-    cache: CacheOptions = field(default_factory=CacheOptions)
+    fetch: FetchOptions = field(default_factory=FetchOptions)
     follow_external: bool = False
     isolate: bool = False
     timeout: float | None = None
@@ -215,6 +222,7 @@ class ScanOptions:
         does None, except for ``contiguous_chunk_bytes`` (None or 0: never split) and
         ``max_inline_total`` (None: no limit), where None is a choice of its own.
         """
+        keywords = _without_cache(keywords)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(keywords) - known)
         if unknown:
@@ -260,7 +268,8 @@ class ScanKeywords(TypedDict, total=False):
     portable: bool
     pages: bool
     page_size: int | None
-    cache: CacheOptions | None
+    fetch: FetchOptions | None
+    cache: FetchOptions | None  # the former name of ``fetch`` (deprecated)
     follow_external: bool
     isolate: bool
     timeout: float | None
@@ -273,6 +282,7 @@ def options_from(options: ScanOptions | None, keywords: ScanKeywords) -> ScanOpt
         return ScanOptions.from_keywords(**keywords)
     if not keywords:
         return options
+    keywords = _without_cache(keywords)
     changes = ScanOptions.from_keywords(**keywords)
     return replace(options, **{k: getattr(changes, k) for k in keywords if not _kept_default(keywords[k], k)})
 
@@ -280,3 +290,54 @@ def options_from(options: ScanOptions | None, keywords: ScanKeywords) -> ScanOpt
 def _kept_default(value: Any, name: str) -> bool:
     return (isinstance(value, str) and value == "default") or (
         value is None and name not in ("contiguous_chunk_bytes", "max_inline_total"))
+
+
+_CACHE_RENAMED = ("the scan option 'cache' is now 'fetch' (FetchOptions: how a remote file's bytes are fetched); "
+                  "'cache' on the read side (refindex.open, h5py_file, open_nwb...) is the index cache folder")
+
+
+_PACKAGE = (os.path.dirname(os.path.abspath(__file__)),)  # a warning names the first caller outside refindex
+
+
+def _renamed_cache() -> None:
+    warnings.warn(_CACHE_RENAMED, DeprecationWarning, skip_file_prefixes=_PACKAGE)
+
+
+def _without_cache(keywords: Any) -> Any:
+    """``keywords`` with the former ``cache`` given as ``fetch`` (warned once)."""
+    if "cache" not in keywords:
+        return keywords
+    _renamed_cache()
+    keywords = dict(keywords)
+    cache = keywords.pop("cache")
+    keywords.setdefault("fetch", cache)
+    return keywords
+
+
+def _cache_of(self: ScanOptions) -> FetchOptions:
+    _renamed_cache()
+    return self.fetch
+
+
+def _accepting_cache(init: Any) -> Any:
+    """``ScanOptions(cache=...)``, the former name of ``fetch``, still accepted (warned)."""
+
+    @functools.wraps(init)
+    def __init__(self: ScanOptions, *args: Any, cache: FetchOptions | None = None, **kwargs: Any) -> None:
+        if cache is not None:
+            _renamed_cache()
+            kwargs.setdefault("fetch", cache)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+ScanOptions.__init__ = _accepting_cache(ScanOptions.__init__)  # type: ignore[method-assign]
+ScanOptions.cache = property(_cache_of, doc="The former name of :attr:`fetch` (deprecated).")  # type: ignore[attr-defined]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CacheOptions":  # the former name of FetchOptions
+        warnings.warn("refindex.options.CacheOptions is now FetchOptions", DeprecationWarning, skip_file_prefixes=_PACKAGE)
+        return FetchOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

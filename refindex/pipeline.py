@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
-from . import formats, safety, urls
+from . import formats, urls
+from .checks import safety
 from .errors import RefindexError, RefindexWarning, UnsupportedError
 from .model import RefsDocument, Tree, external_sources
 from .options import ScanOptions, stall_limit_of
-from .progress import ProgressSetting, ScanProgress, watch
+from .feedback.progress import ProgressSetting, ScanProgress, watch
 from .scanner import ScanContext, choose_pages, scan_file
 from .source import ReadRecorder, Source, open_source
 
@@ -140,7 +141,7 @@ def opened_for_scan(source: str | os.PathLike, options: ScanOptions) -> Iterator
     recorder = ReadRecorder(options.page_size) if options.pages else None
     watch(stall_limit_of(source, options.timeout))  # libhdf5 from here: a worker that stops moving is stopped
     try:
-        with open_source(source, options.storage_options, options.cache, recorder) as src:
+        with open_source(source, options.storage_options, options.fetch, recorder) as src:
             yield OpenedScan(src, options, recorder)
     finally:
         watch(None)
@@ -186,7 +187,7 @@ def check_readable(tree: Tree, options: ScanOptions, file: str) -> None:
 
 def in_worker(job: Any, source: str | os.PathLike, options: ScanOptions, stats: dict[str, Any] | None) -> Any:
     """``job(source, options)`` in a worker process killed after ``options.timeout``; its stats merged."""
-    from .isolate import run_isolated
+    from .isolation.worker import run_isolated
     from .options import time_limit_of
 
     result, job_stats = run_isolated(job, {"source": os.fspath(source), "options": options},

@@ -14,7 +14,17 @@ import sys
 import architecture  # noqa: E402  (tests/ is on sys.path under pytest)
 
 LOWER = ("refindex.source", "refindex.scanner", "refindex.codecs", "refindex.conventions", "refindex.formats")
-HIGHER = ("refindex.pipeline", "refindex.api", "refindex.read", "refindex.batch", "refindex.cli")
+HIGHER = ("refindex.pipeline", "refindex.api", "refindex.read", "refindex.batch", "refindex.cli",
+          "refindex.virtualizarr", "refindex.testing", "refindex.demo")
+# The ground floor: what every layer may use, and which uses nothing above it (issue #46)
+GROUND = ("refindex.errors", "refindex.options", "refindex.urls", "refindex.lazy", "refindex.model",
+          "refindex.isolation", "refindex.feedback", "refindex.checks")
+# The read side: the index side (a trusted, fresh index) and the consumers of an index
+INDEX_SIDE = ("refindex.read.index", "refindex.read.freshness")
+CONSUMERS = ("refindex.read.zarr_store", "refindex.read.inspect", "refindex.read.nwb", "refindex.read.h5py_road",
+             "refindex.read.xarray_backend")
+MAX_MODULE_LINES = 500
+MAX_LOOSE_MODULES = 8  # modules at the package's root, __init__ and __main__ aside
 MODULES = architecture.load()
 
 
@@ -34,6 +44,29 @@ def test_lower_layers_never_import_higher_ones():
 
 def test_no_private_name_imported_across_modules():
     assert [(m.name, t, n) for m in MODULES.values() for t, n in m.private] == []
+
+
+def test_the_ground_floor_imports_only_itself():
+    bad = sorted((m.name, t) for m in MODULES.values() if _under(m.name, GROUND)
+                 for t in m.imports if not _under(t, GROUND))
+    assert bad == []
+
+
+def test_the_index_side_of_reading_never_imports_its_consumers():
+    bad = sorted((m.name, t) for m in MODULES.values() if _under(m.name, INDEX_SIDE)
+                 for t in m.imports if _under(t, CONSUMERS))
+    assert bad == []
+
+
+def test_no_module_is_over_500_lines():
+    long = sorted((m.name, n) for m in MODULES.values() if (n := len(m.path.read_text().splitlines())) > MAX_MODULE_LINES)
+    assert long == []
+
+
+def test_the_package_root_holds_few_loose_modules():
+    loose = sorted(m.name for m in MODULES.values()
+                   if m.path.parent == architecture.PACKAGE and m.path.stem not in ("__init__", "__main__"))
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
 
 
 def test_classes_and_functions_stay_small():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex.source import BlockCache, CacheOptions, ReadStats
+from refindex.source import BlockCache, FetchOptions, ReadStats
 
 from conftest import assert_same_values, consumer_open, json_roundtrip
 
@@ -32,7 +32,7 @@ def test_block_cache_returns_the_file_bytes():
     data = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
     fs.pipe_file(url, data)
     stats = ReadStats()
-    raw = BlockCache(fs, url, len(data), CacheOptions(block_size=4096, first_read=8192, tail_read=5000), stats)
+    raw = BlockCache(fs, url, len(data), FetchOptions(block_size=4096, first_read=8192, tail_read=5000), stats)
     assert (stats.requests, stats.round_trips) == (2, 1)  # head and tail in one go
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -50,7 +50,7 @@ def test_neighbours_are_fetched_with_a_miss():
     url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
     fs.pipe_file(url, bytes(range(256)) * 1000)
     stats = ReadStats()
-    raw = BlockCache(fs, url, 256_000, CacheOptions(block_size=1000, first_read=0, tail_read=0, neighbours=2,
+    raw = BlockCache(fs, url, 256_000, FetchOptions(block_size=1000, first_read=0, tail_read=0, neighbours=2,
                                                     ahead=0), stats)
     raw.read_range(50_500, 50_510)
     assert (stats.requests, stats.bytes_fetched) == (1, 5000)
@@ -65,7 +65,7 @@ def test_blocks_ahead_of_a_miss_come_with_it():
     data = bytes(range(256)) * 1000
     fs.pipe_file(url, data)
     stats = ReadStats()
-    raw = BlockCache(fs, url, 256_000, CacheOptions(block_size=1000, first_read=0, tail_read=0), stats)
+    raw = BlockCache(fs, url, 256_000, FetchOptions(block_size=1000, first_read=0, tail_read=0), stats)
     assert raw.read_range(50_500, 50_510) == data[50_500:50_510]
     assert (stats.requests, stats.bytes_fetched) == (1, 3000)  # blocks 50, 51, 52
     assert raw.read_range(50_000, 53_000) == data[50_000:53_000]
@@ -79,7 +79,7 @@ def test_the_rest_of_a_small_file_comes_whole_once_a_third_is_needed():
     url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
     data = np.random.default_rng(2).integers(0, 256, 90_000, dtype=np.uint8).tobytes()
     fs.pipe_file(url, data)
-    opts = CacheOptions(block_size=1000, first_read=10_000, tail_read=10_000, neighbours=0, ahead=0)
+    opts = FetchOptions(block_size=1000, first_read=10_000, tail_read=10_000, neighbours=0, ahead=0)
     stats = ReadStats()
     raw = BlockCache(fs, url, len(data), opts, stats)
     raw.prefetch([40_000, 45_000])  # 22 of 90 blocks: the rest is not worth it yet
@@ -92,7 +92,7 @@ def test_the_rest_of_a_small_file_comes_whole_once_a_third_is_needed():
     assert raw.read_range(0, len(data)) == data
     assert stats.round_trips == 4
     big = ReadStats()  # a file above whole_file_max: only what is needed
-    raw = BlockCache(fs, url, len(data), CacheOptions(**{**opts.__dict__, "whole_file_max": 50_000}), big)
+    raw = BlockCache(fs, url, len(data), FetchOptions(**{**opts.__dict__, "whole_file_max": 50_000}), big)
     raw.prefetch([40_000, 45_000, 60_000, 70_000])
     assert big.bytes_fetched == 24_000
 
@@ -120,8 +120,8 @@ def test_prefetch_changes_requests_not_the_index(tmp_path, libver, userblock):
     _scattered(path, libver, userblock)
     url = to_memory(path)
     on, off = {}, {}
-    refs_on = refindex.scan(url, cache=CacheOptions(**SMALL, prefetch_metadata=True), stats=on)
-    refs_off = refindex.scan(url, cache=CacheOptions(**SMALL, prefetch_metadata=False), stats=off)
+    refs_on = refindex.scan(url, fetch=FetchOptions(**SMALL, prefetch_metadata=True), stats=on)
+    refs_off = refindex.scan(url, fetch=FetchOptions(**SMALL, prefetch_metadata=False), stats=off)
     assert json_roundtrip(refs_on) == json_roundtrip(refs_off)
     if libver == "earliest" and not userblock:  # the structures prefetch understands
         assert on["round_trips"] < off["round_trips"], (on, off)
@@ -130,6 +130,32 @@ def test_prefetch_changes_requests_not_the_index(tmp_path, libver, userblock):
         for i in range(6):
             assert_same_values(f[f"g{i}/sub/c"][...], g[f"g{i}/sub/c"][...])
             assert_same_values(f[f"g{i}/bulk"][...], g[f"g{i}/bulk"][...])
+
+
+def test_fetch_options_keep_their_former_names_with_a_warning(tmp_path):
+    """The scan option that tunes the block cache's fetches is ``fetch=FetchOptions(...)``; its former names
+    (``cache=``, ``CacheOptions``, ``ScanOptions.cache``) still work, each with a DeprecationWarning that
+    points at the caller, and give the same options (same requests, same index) as the new names."""
+    path = tmp_path / "scattered.h5"
+    _scattered(path, "earliest", 0)
+    url = to_memory(path)
+    new_stats, old_stats = {}, {}
+    new = refindex.scan(url, fetch=FetchOptions(**SMALL, prefetch_metadata=False), stats=new_stats)
+    with pytest.warns(DeprecationWarning, match="'cache' is now 'fetch'") as caught:
+        old = refindex.scan(url, cache=FetchOptions(**SMALL, prefetch_metadata=False), stats=old_stats)
+    assert [w.filename for w in caught] == [__file__]
+    assert json_roundtrip(old) == json_roundtrip(new)
+    assert old_stats["requests"] == new_stats["requests"] and old_stats["round_trips"] == new_stats["round_trips"]
+    with pytest.warns(DeprecationWarning, match="CacheOptions is now") as caught:
+        assert refindex.CacheOptions is FetchOptions
+        from refindex.options import CacheOptions
+        assert CacheOptions is FetchOptions
+    assert [w.filename for w in caught] == [__file__, __file__]
+    with pytest.warns(DeprecationWarning, match="'cache' is now 'fetch'") as caught:
+        options = refindex.ScanOptions(cache=FetchOptions(block_size=1000))
+        assert options.fetch.block_size == 1000 and options.cache is options.fetch
+        assert options.but(portable=True).fetch.block_size == 1000
+    assert len(caught) == 2 and {w.filename for w in caught} == {__file__}
 
 
 def test_default_cache_scan_equals_local_scan(tmp_path):
@@ -164,10 +190,10 @@ def test_only_backends_known_to_read_suffix_ranges_are_asked_for_one():
             return data[max(0, start or 0): end]  # reads -n as 0: the head, not the tail
 
     fs = Elsewhere(skip_instance_cache=True)
-    info, ends = info_and_ends(fs, "x", CacheOptions())
+    info, ends = info_and_ends(fs, "x", FetchOptions())
     assert info["size"] == len(data) and ends is None and fs.asked == []
     stats = ReadStats()
-    raw = BlockCache(fs, "x", len(data), CacheOptions(block_size=1000, first_read=2000, tail_read=2000), stats)
+    raw = BlockCache(fs, "x", len(data), FetchOptions(block_size=1000, first_read=2000, tail_read=2000), stats)
     assert raw.read_range(0, len(data)) == data  # head and tail fetched by offset, as before
 
 
@@ -263,7 +289,7 @@ def test_what_a_cache_holds_is_the_files_bytes_in_disjoint_spans():
     url = f"memory://refindex-test-{uuid.uuid4().hex}/blob"
     data = np.random.default_rng(3).integers(0, 256, 100_000, dtype=np.uint8).tobytes()
     fs.pipe_file(url, data)
-    raw = BlockCache(fs, url, len(data), CacheOptions(block_size=1000, first_read=3000, tail_read=1500), ReadStats())
+    raw = BlockCache(fs, url, len(data), FetchOptions(block_size=1000, first_read=3000, tail_read=1500), ReadStats())
     raw.read_range(40_500, 41_200)
     raw.pieces.update({2_500: data[2_500:3_600], 3_600: data[3_600:3_700], 10_000: data[10_000:10_010],
                        10_005: data[10_005:10_020], 40_600: data[40_600:40_700], 90_000: data[90_000:95_000]})

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex.isolate import Worker
+from refindex.isolation.worker import Worker
 from refindex.model import ChunkTable
 from refindex.options import ScanOptions
 from refindex.scanner import ScanContext
@@ -151,18 +151,18 @@ def _deep_tree(path, chunks=5000, size=256):
 
 
 def test_remote_scan_reads_the_index_a_level_per_round_trip(tmp_path, monkeypatch):
-    from refindex.source import CacheOptions
+    from refindex.source import FetchOptions
 
     monkeypatch.delenv("REFINDEX_CHECK_CHUNK_INDEX", raising=False)  # its chunk_iter would read the nodes again
     p = tmp_path / "deep.h5"
     _deep_tree(p)
     # a cache sized as for a file of gigabytes: the nodes are not in the head, tail or whole-file reads
-    cache = CacheOptions(first_read=64 << 10, tail_read=64 << 10, whole_file_max=0)
+    fetch = FetchOptions(first_read=64 << 10, tail_read=64 << 10, whole_file_max=0)
     with serve(p) as (handler, url):
         seen = {}
         for native in (True, False):
             stats: dict = {}
-            refs = refindex.scan(url, stats=stats, native_index=native, inline_threshold=0, cache=cache)
+            refs = refindex.scan(url, stats=stats, native_index=native, inline_threshold=0, fetch=fetch)
             seen[native] = (stats, refs)
         stats, refs = seen[True]
         with h5py.File(p) as f:
@@ -184,7 +184,7 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
     import fsspec
 
     import refindex.source as source_mod
-    from refindex.source import BlockCache, CacheOptions
+    from refindex.source import BlockCache, FetchOptions
 
     monkeypatch.setattr(source_mod.retry_policy, "backoff", 0.01)
     p = tmp_path / "blob.bin"
@@ -205,7 +205,7 @@ def test_concurrent_ranges_long_ones_in_parts_a_failed_one_retried_alone(tmp_pat
         assert cache.stats.requests - before == -(-(5 << 20) // part)  # three parts side by side
         # at most ``concurrency`` requests in flight (a level of a big index is thousands of ranges)
         handler.delay, handler.peak = 0.02, 0
-        few = BlockCache(fs, url, len(data), CacheOptions(first_read=0, tail_read=0, concurrency=3))
+        few = BlockCache(fs, url, len(data), FetchOptions(first_read=0, tail_read=0, concurrency=3))
         offsets = [(3 << 20) + i * (200 << 10) + 7 for i in range(12)]
         assert few.read_ranges(offsets, [500] * 12) == [data[o:o + 500] for o in offsets]
         assert (few.stats.requests, few.stats.round_trips) == (12, 1)

@@ -17,7 +17,7 @@ import warnings
 import pytest
 
 import refindex
-from refindex import safety
+from refindex.checks import safety
 from refindex.model import external_sources
 from refindex.scanner import _pages
 

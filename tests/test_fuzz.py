@@ -3,7 +3,7 @@
 Every mutated file (bit flips, truncation, zeroed/0xFF ranges) must end in an index
 that reads back exactly what h5py reads, or in a RefindexError; never an interpreter
 crash, a hang, a non-RefindexError exception or partial output.  Each case runs in
-one reused worker process (refindex.isolate), so a crash or hang inside libhdf5
+one reused worker process (refindex.isolation.worker), so a crash or hang inside libhdf5
 becomes a caught, counted outcome instead of killing pytest; those are printed.
 The long run is ``make fuzz`` (benchmarks/fuzz_long.py).
 """

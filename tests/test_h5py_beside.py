@@ -415,3 +415,36 @@ def test_a_child_whose_scan_absorbed_a_refused_fetch_keeps_no_index(tmp_path, mo
             assert assert_same_h5(local, f) >= 1
         assert _entry(cache, pattern="*.scan-here").name.endswith(".refs.json.scan-here")
         assert len(list(cache.iterdir())) == 1
+
+
+class _CountedFolder:
+    """A cache folder (os.PathLike) that counts how often its path is asked for: once per resolution of
+    the ``cache=`` setting into a folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.asked = path, 0
+
+    def __fspath__(self) -> str:
+        self.asked += 1
+        return os.fspath(self.path)
+
+
+def test_the_index_cache_setting_is_resolved_once_per_open(tmp_path):
+    """``cache=`` is resolved into a folder once, where ``h5py_file``/``open_nwb`` start, and handed on to the
+    steps that ask whether the cache holds the file, make its index and keep it (it was resolved three times
+    on the h5py road on the fly).  The opens read as h5py, and the second one reads the kept entry."""
+    path = tmp_path / "small.h5"
+    _many_objects(path, n=5)
+    with webserver.serve() as server:
+        url = server.put("small.h5", path.read_bytes())
+        for _ in range(2):  # scanned on the fly and kept; then read from the cache
+            folder = _CountedFolder(tmp_path / "cache")
+            with refindex.h5py_file(url, cache=folder) as f, h5py.File(path, "r") as local:
+                assert assert_same_h5(local, f) >= 10
+            assert folder.asked == 1
+            _entry(tmp_path / "cache")  # made beside, by a child the open did not wait for
+        folder = _CountedFolder(tmp_path / "cache")
+        root = refindex.open(url, cache=folder)
+        with h5py.File(path, "r") as local:
+            np.testing.assert_array_equal(root["series_004/data"][:], local["series_004/data"][:])
+        assert folder.asked == 1

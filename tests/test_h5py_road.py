@@ -722,10 +722,10 @@ def _counted_collections(note=lambda info: info["generation"]):
 
 def _settled() -> None:
     """Collection back on: the holds of an earlier test's data reads are let go SETTLE seconds after
-    their fetches complete (refindex.gcpause), so a test that looks at the holds waits for that first."""
+    their fetches complete (refindex.isolation.gcpause), so a test that looks at the holds waits for that first."""
     import gc
 
-    from refindex import gcpause
+    from refindex.isolation import gcpause
 
     deadline = time.monotonic() + 10 + gcpause.SETTLE
     while not gc.isenabled() and time.monotonic() < deadline:
@@ -825,7 +825,7 @@ def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
 
     refindex.scan(f"{base}/data.h5")  # modules imported before the threshold drops
     with _counted_collections(locked_elsewhere) as threads:
-        refs = refindex.scan(f"{base}/data.h5", cache=refindex.CacheOptions(block_size=4096, first_read=4096,
+        refs = refindex.scan(f"{base}/data.h5", fetch=refindex.FetchOptions(block_size=4096, first_read=4096,
                                                                               prefetch_metadata=False))
         with refindex.h5py_file(refs) as f, h5py.File(folder / "data.h5", "r") as want:
             np.testing.assert_array_equal(f["data"][:], want["data"][:])
@@ -864,7 +864,7 @@ def test_a_fetch_of_one_future_per_range_holds_collection_until_its_last_range()
     import gc
     from concurrent.futures import Future
 
-    from refindex.gcpause import held_while_fetching
+    from refindex.isolation.gcpause import held_while_fetching
 
     def released() -> bool:
         deadline = time.monotonic() + 5
@@ -889,7 +889,7 @@ def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
     import gc
     from concurrent.futures import Future
 
-    from refindex.gcpause import held_while_fetching
+    from refindex.isolation.gcpause import held_while_fetching
 
     pending: Future = Future()
     held_while_fetching(lambda: pending)

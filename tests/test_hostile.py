@@ -39,7 +39,8 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import cli, forked
+from refindex import cli
+from refindex.isolation import forked
 from refindex.cli import main as cli_main
 from refindex.errors import WorkerCrashed
 from refindex.formats import atomic_folder, remove_leftovers
@@ -177,7 +178,7 @@ def test_fallback_worker_when_this_process_cannot_fork(tmp_path, capsys):
 def test_a_worker_killed_while_writing_leaves_nothing(tmp_path):
     """The parent removes the temporary file of a worker killed mid-write, forked or fresh interpreter."""
     out = tmp_path / "x.refs.json"
-    code = ("import sys\nfrom argparse import Namespace\nfrom refindex import cli, forked\n"
+    code = ("import sys\nfrom argparse import Namespace\nfrom refindex import cli\nfrom refindex.isolation import forked\n"
             "from refindex.testing.jobs import die_while_writing\n"
             "assert forked.can_fork()\n"
             "cli.isolated(die_while_writing, {'source': 'x.h5', 'output': sys.argv[1]}, Namespace(timeout=30), "
@@ -222,7 +223,8 @@ def test_default_time_limit_scales_with_the_file():
 def test_errors_with_their_own_fields_come_back_whole(monkeypatch):
     """An error class with its own ``__init__`` and fields crosses the process boundary unchanged
     (now that verify/info/schema run in a worker, whatever they raise comes back this way)."""
-    from refindex import errors, isolate
+    from refindex import errors
+    from refindex.isolation import worker as isolate
 
     class Refused(errors.RefindexError):
         def __init__(self, reason: str, *, key: str, uses: int = 0, file: str | None = None):

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 import pytest
 
-from refindex.progress import LineProgress, in_notebook, progress_bar
+from refindex.feedback.progress import LineProgress, in_notebook, progress_bar
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
@@ -59,7 +59,7 @@ def executed(tmp_path_factory):
             report
         """),
         _cell("""
-            from refindex.progress import in_notebook
+            from refindex.feedback.progress import in_notebook
             print(in_notebook())
             refs = refindex.scan("data.h5", progress=True)
         """),

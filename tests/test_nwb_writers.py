@@ -30,7 +30,7 @@ import refindex
 from refindex import formats, pipeline
 from refindex.codecs import lost_type
 from refindex.options import ScanOptions
-from refindex.read._attrtypes import restored
+from refindex.read.nwb._attrtypes import restored
 
 from corpus import CORPUS  # noqa: E402
 

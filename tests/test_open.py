@@ -317,7 +317,7 @@ def test_an_index_cached_in_an_older_form_is_not_read_again(many_objects, tmp_pa
     """A cache entry made before the form of indexes changed (refindex.options.INDEX_FORM) would be read as
     it was (an NWB file's zeros masked in xarray, say): the open scans anew into an entry of its own."""
     from refindex.options import INDEX_FORM
-    from refindex.read import _names
+    from refindex.read.index import _names
 
     cache = tmp_path / "cache"
     monkeypatch.setattr(_names, "INDEX_FORM", INDEX_FORM - 1)

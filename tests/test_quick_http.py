@@ -19,8 +19,8 @@ import pytest
 import refindex
 import webserver
 from refindex.errors import SourceError, StaleIndexError
-from refindex.options import CacheOptions
-from refindex.read._load import load_refs
+from refindex.options import FetchOptions
+from refindex.read.index._load import load_refs
 from refindex.source import QuickHTTP, described, quick_filesystem, retry_policy
 from refindex.source._http import MANY
 
@@ -220,11 +220,11 @@ def test_a_scan_through_it_makes_the_same_index_as_through_fsspec(tmp_path, kind
     monkeypatch.setattr(QuickHTTP, "for_many", lambda self, n, nbytes=0: batches.append(n) or real(self, n, nbytes))
     with webserver.serve(**SERVERS[kind]) as server:
         url = server.put("f.h5", (tmp_path / "f.h5").read_bytes(), mtime=1_700_000_000)
-        small = CacheOptions(block_size=4096, first_read=4096, tail_read=4096)  # many small blocks: large batches
-        quick = refindex.scan(url, inline_dataset_threshold=0, cache=small)
+        small = FetchOptions(block_size=4096, first_read=4096, tail_read=4096)  # many small blocks: large batches
+        quick = refindex.scan(url, inline_dataset_threshold=0, fetch=small)
         if kind != "no ranges":  # (a server without Range support sends the whole file at once)
             assert max(batches) > refindex.source._http.MANY  # the index's nodes: a batch for fsspec
-        slow = refindex.scan(url, inline_dataset_threshold=0, cache=small, storage_options={"client_kwargs": {}})
+        slow = refindex.scan(url, inline_dataset_threshold=0, fetch=small, storage_options={"client_kwargs": {}})
         assert quick == slow
         z = refindex.open(quick)
         with h5py.File(tmp_path / "f.h5", "r") as h:

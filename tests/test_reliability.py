@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import pipeline, safety, source as source_mod
+from refindex import pipeline, source as source_mod
+from refindex.checks import safety
 from refindex.options import ScanOptions
 from refindex.testing import selftest
 from refindex.cli import main as cli_main
 from refindex.errors import (NotHDF5Error, OutputError, RefindexError, SourceError, StaleIndexError,
                              UnsupportedError)
 from refindex.errors import WorkerCrashed, WorkerTimeout
-from refindex.isolate import Worker
+from refindex.isolation.worker import Worker
 
 from conftest import assert_same_values, consumer_open, free_port, moto_s3, notes, scan_open, zvalues
 
@@ -221,7 +222,7 @@ def test_size_head_and_tail_come_in_one_round_trip(tmp_path):
         url = server.put("web.h5", p.read_bytes())
         stats: dict = {}
         refs = refindex.scan(url, stats=stats)
-        opts = source_mod.CacheOptions()
+        opts = source_mod.FetchOptions()
         asked = [(method, rng) for method, _, rng in server.requests]
         assert sorted(asked, key=str) == sorted(
             [("HEAD", None), ("GET", f"bytes=0-{opts.first_read - 1}"),
@@ -254,7 +255,7 @@ def test_isolation_turns_crash_and_hang_into_errors():
 def test_a_watched_job_that_stops_moving_is_stopped_at_its_stall_limit(tmp_path):
     """Issue 45: the time limit of an isolated scan is sized by the file (60 s at least), so a small file
     on which libhdf5 loops held its worker for a minute.  A watched scan's worker pulses whenever it
-    gets to run (refindex.progress); one held in a single call for its stall limit is killed with an
+    gets to run (refindex.feedback.progress); one held in a single call for its stall limit is killed with an
     error naming the file, in a fresh-interpreter Worker and in the command line's forked child alike.
     A job that keeps running Python past that limit is not."""
     from refindex.testing import stall
@@ -267,7 +268,7 @@ def test_a_watched_job_that_stops_moving_is_stopped_at_its_stall_limit(tmp_path)
             w.run(stall, {"source": src, "limit": 1.0, "moving": 0.3}, timeout=600)
         assert (err.value.file, err.value.reason) == (src, said)
         assert w.run(stall, {"source": src, "limit": 1.0, "moving": 2.0, "hold": False}, timeout=600) == "done"
-    code = ("import sys\nfrom refindex import forked\nfrom refindex.testing.jobs import stall\n"
+    code = ("import sys\nfrom refindex.isolation import forked\nfrom refindex.testing.jobs import stall\n"
             "assert forked.can_fork()\n"
             "for kw in ({'limit': 1.0, 'moving': 0.3}, {'limit': 1.0, 'moving': 2.0, 'hold': False}):\n"
             "    try:\n"

@@ -209,7 +209,7 @@ def test_presigned_url_is_not_written_into_the_index(s3, tmp_path):
 
 
 def test_signing_params_detection():
-    from refindex.safety import signing_params
+    from refindex.checks.safety import signing_params
 
     assert signing_params("https://b.s3.amazonaws.com/k.nwb?X-Amz-Algorithm=A&X-Amz-Credential=c&"
                           "X-Amz-Signature=s") == ["X-Amz-Signature", "X-Amz-Credential"]

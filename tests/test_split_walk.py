@@ -144,14 +144,14 @@ def test_a_stalled_helper_is_not_waited_for(many, monkeypatch):
 def test_a_helper_that_cannot_read_leaves_the_walk_to_this_process(many, monkeypatch):
     """No metadata prefetched, tiny blocks: the helper's first uncached read fails (it cannot fetch)."""
     url = to_memory(many)
-    cache = refindex.CacheOptions(block_size=512, first_read=512, tail_read=512, prefetch_metadata=False,
+    fetch = refindex.FetchOptions(block_size=512, first_read=512, tail_read=512, prefetch_metadata=False,
                                   whole_file_max=0)
     merged = []
     real = _split._merge
     monkeypatch.setattr(_split, "_merge", lambda ctx, path, payload: (merged.append(path), real(ctx, path, payload)))
-    split = _scan(url, split_walk=True, cache=cache)
+    split = _scan(url, split_walk=True, fetch=fetch)
     assert len(merged) < GROUPS // 2  # it gave up early; this process visited the rest
-    assert split == _scan(url, split_walk=False, cache=cache)
+    assert split == _scan(url, split_walk=False, fetch=fetch)
 
 
 def test_errors_and_skips_are_those_of_the_one_process_walk(tmp_path):

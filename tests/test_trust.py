@@ -357,7 +357,7 @@ def test_kill_9_of_refindex_scan_leaves_no_worker_and_no_output(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_worker_killed_with_its_parent_takes_its_partial_output_along(tmp_path):
     out = tmp_path / "x.refs.json"
-    code = ("import sys\nfrom argparse import Namespace\nfrom refindex import cli, forked\n"
+    code = ("import sys\nfrom argparse import Namespace\nfrom refindex import cli\nfrom refindex.isolation import forked\n"
             "from refindex.testing.jobs import hang_while_writing\n"
             "assert forked.can_fork()\n"
             "cli.isolated(hang_while_writing, {'source': 'x.h5', 'output': sys.argv[1]}, Namespace(timeout=600), "

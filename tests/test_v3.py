@@ -511,7 +511,7 @@ def _check_h5py(path: Path, g3: zarr.Group, refs: dict) -> int:
             got = values(g3[obj_name])
             view = notes(refs, obj_name).get("refindex_view_dtype")
             if view is not None:  # long doubles as raw bytes: the numbers they hold
-                from refindex.read._verify import view_dtype
+                from refindex.read.inspect._verify import view_dtype
 
                 got = got.view(view_dtype(view))
             checked += 1
@@ -521,7 +521,7 @@ def _check_h5py(path: Path, g3: zarr.Group, refs: dict) -> int:
             elif obj.dtype.kind in "Mm":
                 assert got.dtype == obj.dtype and got.tobytes() == obj[()].tobytes(), obj_name
             elif view is not None:  # (h5py reads big-endian complex256 wrongly: values_of reads it right)
-                from refindex.compare import leaf_equal, values_of
+                from refindex.checks.compare import leaf_equal, values_of
 
                 assert leaf_equal(values_of(obj)[()], got), obj_name
             else:
@@ -620,7 +620,7 @@ def test_zoo_codecs_and_types(zoo):
     # every name v3 writes is on the safety allowlist (and refindex's own all have their v3 class)
     from refindex.codecs import V3_NAMES
     from refindex.codecs.zarr3 import CLASSES
-    from refindex.safety import ALLOWED_V3_CODECS
+    from refindex.checks.safety import ALLOWED_V3_CODECS
 
     named = {c["name"] for d in docs.values() for c in d.get("codecs", [])}
     assert named <= ALLOWED_V3_CODECS and {n for n, _ in V3_NAMES.values()} <= ALLOWED_V3_CODECS

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import refindex
-from refindex import formats, pipeline, safety
+from refindex import formats, pipeline
+from refindex.checks import safety
 from refindex.options import ScanOptions
 from refindex.cli import main as cli_main
 from refindex.errors import RefindexError

@@ -84,7 +84,7 @@ from ..errors import RefindexError
 from ..formats import for_zarr
 from ..formats.icechunk import IcechunkTarget
 from ..options import ScanKeywords, ScanOptions, options_from
-from ..progress import ProgressSetting, progress_bar
+from ..feedback.progress import ProgressSetting, progress_bar
 from ._combine import Combiner, combine_indexes
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs, index_location

@@ -79,7 +79,7 @@ def metadata_of(refs: dict[str, Any]) -> dict[str, Any]:
 
 def digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None) -> FileDigest:
     """The digest of ``source``'s index at ``index`` for a combine along ``dim``."""
-    from ..read._urlcheck import expand_url
+    from ..read.index._urlcheck import expand_url
 
     doc = load_index(index, storage_options)
     refs, templates = doc["refs"], doc.get("templates") or {}

@@ -77,7 +77,7 @@ def _is_folder(item: str) -> bool:
 def _folder_files(item: str, storage_options: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
     """Every file below a folder or prefix whose name says HDF5 (``.h5``, ``.nwb``, ``.nc`` ...), sorted,
     with its listing entry; indexes and manifests left out."""
-    from ..read._names import HDF5_SUFFIXES
+    from ..read.index._names import HDF5_SUFFIXES
 
     protocol, _ = urls.split(item)
     fs, path = urls.filesystem(item, storage_options)

@@ -83,7 +83,7 @@ class BatchReport:
         """In a notebook: the summary, then one row per input (failed ones first)."""
         import html
 
-        from ..display import table, verdict
+        from ..feedback.display import table, verdict
 
         order = {"failed": 0, "indexed": 1, "up_to_date": 2}
         rows = [(r.source, r.status.replace("_", " "), r.index, r.arrays, r.chunks, r.seconds,

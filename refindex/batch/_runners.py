@@ -1,6 +1,6 @@
 """Where a batch's tasks run: this process, local worker processes, or a Dask cluster.
 
-Local workers are :class:`refindex.isolate.Worker` processes, fed remote files a group at a
+Local workers are :class:`refindex.isolation.worker.Worker` processes, fed remote files a group at a
 time (their first round trips asked together, :func:`~refindex.batch._task.index_group`) and
 local ones one at a time: a file that crashes libhdf5 or hangs past the time limit kills only
 its worker, the file is recorded as failed (its group's other files run again, alone) and a
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
-from ..isolate import Worker
+from ..isolation.worker import Worker
 from ..options import time_limit_of
 from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one, marked
 

@@ -44,7 +44,7 @@ def index_one(task: Task) -> dict[str, Any]:
     """Scan ``task.source`` and write its index to ``task.index``; returns a manifest row (never raises)."""
     t0 = time.perf_counter()
     if task.isolate:
-        from ..isolate import Worker
+        from ..isolation.worker import Worker
         from ..options import time_limit_of
 
         with Worker() as w:
@@ -82,7 +82,7 @@ def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, An
     if not tasks:
         return []
     if tasks[0].isolate:
-        from ..isolate import Worker
+        from ..isolation.worker import Worker
 
         with Worker() as w:
             try:
@@ -92,7 +92,7 @@ def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, An
                 return [index_one(t) for t in tasks]  # each in a subprocess of its own
     from ..source import scan_ahead
 
-    drops = [scan_ahead(t.source, t.options.storage_options, t.options.cache) for t in tasks]
+    drops = [scan_ahead(t.source, t.options.storage_options, t.options.fetch) for t in tasks]
     try:
         rows = []
         for i, t in enumerate(tasks):

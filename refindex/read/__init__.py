@@ -8,7 +8,11 @@ the store that serves an index from memory (:class:`IndexStore`), the freshness 
 index against its source (:mod:`refindex.read.freshness`), the rules for which URLs an index may make its reader fetch
 (:class:`UrlPolicy`), and the local cache of indexes made on the fly.
 
-The cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
+Two halves: the index side (:mod:`.index`, with :mod:`.freshness`: an index that can be trusted
+and is fresh) and its consumers (:mod:`.zarr_store`, :mod:`.nwb`, :mod:`.h5py_road`,
+:mod:`.inspect`), which import the index side and never the other way round.
+
+The index cache lives in ``$REFINDEX_CACHE_DIR``, else ``$XDG_CACHE_HOME/refindex``, else
 ``~/.cache/refindex``; ``REFINDEX_CACHE_DIR=off`` or ``cache=False`` turns it off.
 Entries are whole JSON indexes written atomically; deleting the folder is always safe.
 """
@@ -17,22 +21,22 @@ from ..lazy import attribute_loader
 
 # Loaded on first use: the h5py road (``h5py_file``) needs neither zarr nor hdmf-zarr.
 _WHERE = {
-    "METADATA_NAMES": "_consolidated", "consolidation_differences": "_consolidated", "open_group": "_consolidated",
-    "IcechunkIndex": "_icechunk", "icechunk_index": "_icechunk", "is_repository": "_icechunk",
-    "info": "_info",
-    "cache_folder": "_names", "index_of_file": "_load", "kind_of": "_load", "load_index": "_load",
-    "load_refs": "_load", "parquet_metadata": "_load", "zarr_format_of": "_load",
+    "METADATA_NAMES": "zarr_store", "consolidation_differences": "zarr_store", "open_group": "zarr_store",
+    "IcechunkIndex": "index", "icechunk_index": "index", "is_repository": "index",
+    "info": "inspect",
+    "cache_folder": "index", "index_of_file": "index", "kind_of": "index", "load_index": "index",
+    "load_refs": "index", "parquet_metadata": "index", "zarr_format_of": "index",
     "ExternalIndexes": "nwb", "ZarrTree": "nwb", "nwb_io_class": "nwb", "nwb_io_class_v3": "nwb",
     "open_nwb": "nwb", "serve_from_memory": "nwb",
-    "ReadOptions": "_open", "check_index": "_open", "index_store": "_open", "open": "_open",
-    "reference_fs": "_open", "store": "_open", "store_of": "_open",
+    "ReadOptions": "zarr_store", "check_index": "zarr_store", "index_store": "zarr_store", "open": "zarr_store",
+    "reference_fs": "zarr_store", "store": "zarr_store", "store_of": "zarr_store",
     "Freshness": "freshness", "check_fresh": "freshness", "check_source": "freshness",
-    "notes": "_notes",
-    "CheckReport": "_schema", "check": "_schema", "load_metadata": "_schema", "load_template": "_schema",
-    "object_model": "_schema", "zom_json": "_schema:dumps",
-    "FetchStats": "_store", "IndexStore": "_store", "fsspec_range_reader": "_store",
-    "UrlPolicy": "_urlpolicy",
-    "VerifyReport": "_verify", "verify": "_verify",
+    "notes": "inspect",
+    "CheckReport": "inspect", "check": "inspect", "load_metadata": "inspect", "load_template": "inspect",
+    "object_model": "inspect", "zom_json": "inspect:dumps",
+    "FetchStats": "zarr_store", "IndexStore": "zarr_store", "fsspec_range_reader": "zarr_store",
+    "UrlPolicy": "index",
+    "VerifyReport": "inspect", "verify": "inspect",
     "h5py_file": "h5py_road",
 }
 

@@ -51,7 +51,7 @@ class RefindexBackendEntrypoint(BackendEntrypoint):
                      task_bytes: int = TASK_BYTES) -> Any:
         from xarray.backends.zarr import ZarrBackendEntrypoint
 
-        from ._open import open as open_index
+        from .zarr_store._open import open as open_index
 
         root = open_index(filename_or_obj, storage_options=storage_options, remote_options=remote_options,
                           check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust)

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from ..codecs import jsonable, lost_type
-from ..compare import object_key
+from ..checks.compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ._context import ScanContext
 from ._objects import dereferenced, wrapped

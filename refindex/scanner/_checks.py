@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from ..codecs import SZIP_CODEC_IDS, codec_pipeline, string_padding, szip_shortfall
-from ..compare import records_equal, values_of
+from ..checks.compare import records_equal, values_of
 from ..model import ArrayNode, ChunkTable
 from ._context import ScanContext
 

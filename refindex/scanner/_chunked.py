@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from ..codecs import DTypePlan, NoCodec, encode_chunk, filter_list, lzf_within_stock_ratio, pipeline, refindex_lzf
-from ..compare import values_of
+from ..checks.compare import values_of
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable, chunk_key
 from ._checks import (chunk_agrees, chunk_origin, damaged_szip_chunk, damaged_table, lookups_disagree,

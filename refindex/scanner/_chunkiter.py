@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from ..model import ChunkTable
-from ..progress import NoProgress, Progress
+from ..feedback.progress import NoProgress, Progress
 
 _U32 = next(t for t in "IL" if array.array(t).itemsize == 4)  # array typecode of a uint32 (filter masks)
 GRID_PREALLOCATE = 1 << 24  # rows of a chunk-coordinate table allocated up front (the rest grow)

@@ -15,11 +15,11 @@ from typing import Any, Callable
 import h5py
 
 from .. import urls
-from ..compare import object_key
+from ..checks.compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import ArrayNode, ChunkTable, Tree, is_hdmf_root
 from ..options import ScanOptions
-from ..progress import NoProgress, Progress
+from ..feedback.progress import NoProgress, Progress
 from ._objects import wrapped
 from .chunkindex import FileFacts, IndexStats, Unparsed
 from ..source import INDEX_PREFIX, META, ReadRecorder

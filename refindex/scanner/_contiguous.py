@@ -13,7 +13,7 @@ from .. import urls
 from ..codecs import DTypePlan, fill_value_json, string_padding
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable, chunk_key
-from ..safety import resolve_inside
+from ..checks.safety import resolve_inside
 from ._checks import contiguous_agrees
 from ._context import ScanContext, fill_value_of
 from ._inline import check_inline_size, inline_decoded, store_inline

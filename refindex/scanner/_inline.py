@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 
 from ..codecs import DTypePlan, clear_long_padding, descr, encode_chunk, fill_value_json, packed_dtype
-from ..compare import values_of
+from ..checks.compare import values_of
 from ..model import ArrayNode, chunk_key
 from ._context import ScanContext, fill_value_of
 

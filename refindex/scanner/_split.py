@@ -36,9 +36,9 @@ import sys
 import warnings
 from typing import Callable, NoReturn
 
-from ..lifetime import die_with_parent, silenced
+from ..isolation.lifetime import die_with_parent, silenced
 from ..model import Tree
-from ..progress import NoProgress
+from ..feedback.progress import NoProgress
 from ._context import ScanContext
 from .chunkindex import IndexStats
 

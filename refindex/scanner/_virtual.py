@@ -26,7 +26,7 @@ from .. import urls
 from ..codecs import DTypePlan, fill_value_json, plan_dtype, string_padding
 from ..errors import RefindexError
 from ..model import ArrayNode, ChunkTable
-from ..safety import resolve_inside
+from ..checks.safety import resolve_inside
 from ..source import BlockCache
 from ._attrs import ref_json
 from ._checks import chunk_agrees

@@ -9,10 +9,10 @@ from typing import Any
 import h5py
 
 from ..codecs import jsonable
-from ..compare import object_key
+from ..checks.compare import object_key
 from ..errors import RefindexError, UnsupportedError
 from ..model import GroupNode, LinkNode, Tree, is_hdmf_root, join
-from ..safety import resolve_inside
+from ..checks.safety import resolve_inside
 from ._attrs import attributes_of, object_id_of
 from ._context import ScanContext
 from ._dataset import build_array

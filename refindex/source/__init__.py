@@ -13,7 +13,7 @@ from ..lazy import attribute_loader
 # Loaded on first use: fetching an index needs ``_quick`` and ``_http`` alone, and an open starts
 # that request before it loads the block cache, the prefetch and the rest.
 _WHERE = {
-    "CacheOptions": "_cache",
+    "FetchOptions": "_open",
     "BlockCache": "_cache", "FetchInFork": "_cache", "ReadStats": "_cache", "held_bytes": "_cache",
     "merge_ranges": "_cache",
     "WHOLE_FILE_FALLBACK": "_failures", "ranged": "_failures", "reason_of": "_failures", "source_error": "_failures",
@@ -36,4 +36,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-__getattr__ = attribute_loader(__name__, _WHERE)
+__getattr__ = attribute_loader(__name__, _WHERE, renamed={"CacheOptions": "FetchOptions"})

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SourceError
-from ..gcpause import held_collections
-from ..options import CacheOptions
+from ..isolation.gcpause import held_collections
+from ..options import FetchOptions as CacheOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts
 from ._retry import is_transient, retry_policy

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 from .. import urls
 from ..errors import NotHDF5Error, SourceError
-from ..options import CacheOptions
+from ..options import FetchOptions
 from ._cache import BlockCache, ReadStats, merge_ranges, serves_ranges
 from ._failures import ranged, source_error
 from ._http import honours
@@ -147,7 +147,7 @@ def file_info(fs: Any, path: str) -> dict[str, Any]:
     return _checked_info(_stat(lambda: with_retries(fs.info, path), path), path)
 
 
-def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, Any], tuple[bytes, bytes] | None]:
+def info_and_ends(fs: Any, path: str, fetch: FetchOptions) -> tuple[dict[str, Any], tuple[bytes, bytes] | None]:
     """:func:`file_info` and the file's head and tail for the block cache, in one round trip.
 
     The size is not known before the ``info`` call answers, so the tail is asked for as
@@ -156,9 +156,9 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     to the cache (None): only the ``info`` call's own failure is an error here.  The round trip
     :func:`~refindex.source.request_ahead` started for this file is taken, not asked again.
     """
-    if not _suffix_ranges(fs) or not cache.first_read or not cache.tail_read:
+    if not _suffix_ranges(fs) or not fetch.first_read or not fetch.tail_read:
         return file_info(fs, path), None
-    spans = cache.end_spans()
+    spans = fetch.end_spans()
     ahead = taken_ahead(fs, path, spans)  # already asked for (refindex.h5py_file's first step)?
     info, head, tail = _stat(ahead.result if ahead is not None else
                              lambda: with_retries(info_with_ranges, fs, path, spans), path)
@@ -166,7 +166,7 @@ def info_and_ends(fs: Any, path: str, cache: CacheOptions) -> tuple[dict[str, An
     return _checked_info(info, path), ends
 
 
-def scan_ahead(url: str, storage_options: dict[str, Any] | None, cache: CacheOptions | None = None
+def scan_ahead(url: str, storage_options: dict[str, Any] | None, fetch: FetchOptions | None = None
                ) -> Callable[[], None] | None:
     """Ask now, in a thread, for the first round trip a scan of the remote ``url`` will make (its
     info, head and tail: :func:`info_and_ends`), which that scan then takes instead of asking again.
@@ -175,9 +175,9 @@ def scan_ahead(url: str, storage_options: dict[str, Any] | None, cache: CacheOpt
     round trips overlap instead of each scan waiting for its own.  Returns a function that drops
     what no scan took; None where nothing was asked (a local file, a filesystem that cannot ask
     info and ranges in one round trip)."""
-    cache = cache or CacheOptions()
-    spans = cache.end_spans()
-    if urls.is_local(url) or not cache.first_read or not cache.tail_read:
+    fetch = fetch or FetchOptions()
+    spans = fetch.end_spans()
+    if urls.is_local(url) or not fetch.first_read or not fetch.tail_read:
         return None
     if honours(url, storage_options):
         return request_ahead(url, storage_options, spans)
@@ -260,7 +260,7 @@ def stat(url: str, storage_options: dict[str, Any] | None = None) -> dict[str, A
 def open_source(
     url: str | os.PathLike,
     storage_options: dict[str, Any] | None = None,
-    cache: CacheOptions | None = None,
+    fetch: FetchOptions | None = None,
     recorder: ReadRecorder | None = None,
 ) -> Iterator[Source]:
     """Open ``url`` for scanning; the yielded Source's ``h5`` is an ``h5py.File``.
@@ -294,14 +294,14 @@ def open_source(
         return
 
     fs, path = quick_filesystem(url, storage_options)
-    cache = cache or CacheOptions()
+    fetch = fetch or FetchOptions()
     t0 = time.perf_counter()
-    info, ends = info_and_ends(fs, path, cache)
+    info, ends = info_and_ends(fs, path, fetch)
     stats = ReadStats()
     if ends is not None:  # fetched together with the info call: one round trip, two requests
         stats.round_trips, stats.requests, stats.bytes_fetched = 1, 2, len(ends[0]) + len(ends[1])
         stats.seconds = time.perf_counter() - t0
-    raw = BlockCache(fs, path, info["size"], cache, stats, ends=ends)
+    raw = BlockCache(fs, path, info["size"], fetch, stats, ends=ends)
     raw.recorder = recorder
     if not has_hdf5_signature(lambda off, n: raw.read_range(off, off + n), raw.size):
         raise NotHDF5Error(f"not an HDF5 file: {describe(raw.read_range(0, 64))}", file=url)

@@ -81,7 +81,7 @@ def request_ahead(url: str, storage_options: dict[str, Any] | None,
         return None
     fs, path = quick_filesystem(url, storage_options)
     key = (fs, path, tuple(spans))
-    # (no hold on collection, refindex.gcpause: it is taken before libhdf5 opens the file, and
+    # (no hold on collection, refindex.isolation.gcpause: it is taken before libhdf5 opens the file, and
     # nothing libhdf5 waits for later is fetched by it)
     return put_ahead(key, retried_in_thread("refindex-ahead", fs.info_and_ranges, path, list(spans)))
 

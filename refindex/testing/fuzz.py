@@ -3,7 +3,7 @@
 Each case mutates a small real HDF5 file (bit flips, truncation, zeroed or 0xFF
 ranges, mostly in the metadata near the start of the file where superblock, object
 headers, B-trees and heaps live) and runs scan-to-file + verify in an isolated
-:class:`~refindex.isolate.Worker`.  Allowed outcomes: ``exact`` (every dataset h5py
+:class:`~refindex.isolation.worker.Worker`.  Allowed outcomes: ``exact`` (every dataset h5py
 can read reads back identical through the index) or a ``RefindexError``.  Findings:
 ``mismatch`` (an index that reads different values: silently wrong; ``index-read-error``,
 where zarr's codec refuses a damaged chunk that h5py decodes anyway, is loud and allowed), ``internal`` (an
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ..errors import IndexMismatch, RefindexError, WorkerCrashed, WorkerTimeout
-from ..isolate import Worker
+from ..isolation.worker import Worker
 
 H5_SUFFIXES = (".h5", ".hdf5", ".nwb", ".he5", ".hdf", ".nc", ".h5ad")
 

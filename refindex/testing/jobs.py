@@ -45,10 +45,10 @@ def hang_while_writing(source: str, output: str, seconds: float = 3600.0) -> Non
 
 
 def stall(source: str, limit: float, moving: float = 0.0, hold: bool = True) -> str:
-    """A scan of ``source`` watched with stall limit ``limit`` s (refindex.progress): it runs Python for
+    """A scan of ``source`` watched with stall limit ``limit`` s (refindex.feedback.progress): it runs Python for
     ``moving`` seconds, then (``hold``) stays in one call that holds the interpreter and never returns,
     as libhdf5 looping on a damaged file does; else it stops being watched and returns "done"."""
-    from ..progress import watch
+    from ..feedback.progress import watch
 
     watch(limit)
     end = time.monotonic() + moving

@@ -59,7 +59,7 @@ def scan(source: str, options: ScanOptions) -> Scan:
     """:func:`scan_hierarchy`, in a worker process when ``options.isolate`` (killed after ``options.timeout``)."""
     if not options.isolate:
         return scan_hierarchy(source, options)
-    from ..isolate import Worker
+    from ..isolation.worker import Worker
     from ..options import time_limit_of
 
     with Worker() as worker:

@@ -2,7 +2,7 @@
 trips fetched, and the index, when the cache wants one, is made beside.
 
 A remote file of many small objects (an NWB file of hundreds of series) no larger than
-``CacheOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
+``FetchOptions.whole_file_max`` is fetched whole by its scan's first round trips (its
 metadata is scattered over all of it), and libhdf5 then spends most of the scan in
 per-object calls: on P4's many-object file 0.6 s of walk (shared with a helper process)
 after 0.35-0.45 s of fetching.  The h5py road does not need an index to read such a file,
@@ -45,15 +45,15 @@ from typing import Any
 import numpy as np
 
 from ... import urls
-from ...gcpause import collections_allowed
-from ...lifetime import exit_with_process, process_pipe, silenced
+from ...isolation.gcpause import collections_allowed
+from ...isolation.lifetime import exit_with_process, process_pipe, silenced
 from ...model import Pages
 from ...options import ScanOptions
 from ...pipeline import OpenedScan, opened_for_scan
 from ...scanner import chunk_runs
 from ...source import held_bytes
-from .._load import keep_in_cache
-from .._names import CacheSetting, cache_entry, cache_folder
+from ..index._load import keep_in_cache
+from ..index._names import CacheSetting, IndexCache
 from ._open import Prepared, Road, prepared
 
 MIN_OBJECTS = 256  # fewer objects: the walk is short, so the scan runs here as before (and is cached)
@@ -76,11 +76,11 @@ def on_the_fly(url: str, *, storage_options: dict[str, Any] | None, remote_optio
     anything is cached (``open_nwb``: not an NWB file); ``links_out=False``: a file linking into other
     files is indexed here (``open_nwb``'s "auto" reads it through the zarr road, which needs the index)."""
     options = ScanOptions().but(storage_options=dict(storage_options or {}))
-    folder = cache_folder(cache)
+    cache = IndexCache.of(cache)
     where = urls.normalise(url)
-    entry = cache_entry(folder, where, options) if folder is not None else None
+    entry = cache.entry(where, options)
     so = dict(remote_options if remote_options is not None else storage_options or {})
-    with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+    with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
         with opened_for_scan(where, options) as opened:
             road = whole_road(opened, entry, so, accept_file, links_out)
             if road is None:
@@ -240,7 +240,7 @@ def _reap(pid: int, pipe_end: int, ended: threading.Event) -> None:
 def wait_for_indexes(seconds: float | None = None) -> None:
     """At the normal end of a process: wait for the children still making its cache entries, up to
     ``seconds`` (:data:`EXIT_WAIT`) in all.  A short script ends before its child is done, and the child
-    ends with it (:func:`~refindex.lifetime.exit_with_process`): its entry would never be written.
+    ends with it (:func:`~refindex.isolation.lifetime.exit_with_process`): its entry would never be written.
     (A process forked from this one does not wait for its parent's children.)"""
     deadline = time.monotonic() + (EXIT_WAIT if seconds is None else seconds)
     for owner, ended in list(_MAKING.values()):

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import SourceError
-from ...gcpause import held_collections, held_while_fetching
+from ...isolation.gcpause import held_collections, held_while_fetching
 from ...model import Pages
-from ...options import CacheOptions
+from ...options import FetchOptions as CacheOptions
 from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
 from ._chunks import ChunkMap, ChunkRun
 from ._served import PageMap

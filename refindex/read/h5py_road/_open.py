@@ -22,9 +22,9 @@ from ...errors import RefindexError, RefindexWarning
 from ...model import V3_KEYS, Pages, key_of
 from ...source import RangeFetcher, in_thread
 from ...formats import InlineBytes, pages_of_document
-from .._load import parquet_metadata
-from .._names import CacheSetting
-from .._open import ReadOptions, SourceCheck, Span, load_judges, opened_icechunk, prepare_unchecked
+from ..index._load import parquet_metadata
+from ..index._names import CacheSetting
+from ..zarr_store._open import ReadOptions, SourceCheck, Span, load_judges, opened_icechunk, prepare_unchecked
 from ._chunks import ChunkMap, TableLoader, json_loader, parquet_loader
 from ._file import EXTERNAL_LINKS, READS_ELSEWHERE, IndexedFile, check_size
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import urls
-from ...gcpause import held_for_open
-from .._names import CacheSetting, cache_entry, cache_folder, kind_by_name
+from ...isolation.gcpause import held_for_open
+from ..index._names import CacheSetting, IndexCache, kind_by_name
 
 ASK_EARLY_FROM = 256 << 10  # an index at least this long has its source asked before it has all arrived
 # the head of a JSON index refindex wrote: its first template is the HDF5 file it describes
@@ -57,8 +57,9 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     External links cannot be followed through h5py's file-object driver: a file that has
     some opens with a :class:`~refindex.RefindexWarning`, and following one fails loudly.
     """
-    # what an open allocates lives as long as the file (refindex.gcpause)
+    # what an open allocates lives as long as the file (refindex.isolation.gcpause)
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
+    cache = IndexCache.of(cache)  # resolved once: every step below is handed the same folder
     with held_for_open(), requested_early(target, storage_options, cache, asked) as fetched:
         from ._open import Road, open_road, prepared
 
@@ -145,7 +146,7 @@ class _AskedEarly:
         if self.done or length is None or length < ASK_EARLY_FROM or found is None:
             return
         url = urls.normalise(json.loads(found.group(1)))
-        from .._urlpolicy import UrlPolicy, allowed_patterns
+        from ..index._urlpolicy import UrlPolicy, allowed_patterns
 
         policy = UrlPolicy(self.target, allowed=allowed_patterns(self.source.allowed_urls), trust=self.source.trust)
         if policy.refusal(url) is not None:
@@ -171,10 +172,7 @@ def uncached_remote_hdf5(target: Any, cache: CacheSetting) -> bool:
     does not hold?  (Then it is scanned on the fly, :func:`~refindex.read.h5py_road.on_the_fly`.)"""
     if not isinstance(target, str) or kind_by_name(target) != "hdf5" or urls.is_local(target):
         return False
-    from ...options import ScanOptions
-
-    folder = cache_folder(cache)  # (the entry's name does not depend on storage options)
-    return folder is None or not cache_entry(folder, target, ScanOptions()).exists()
+    return not IndexCache.of(cache).holds(target)
 
 
 def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: CacheSetting) -> Callable[[], None] | None:
@@ -184,7 +182,7 @@ def scan_early(target: Any, storage_options: dict[str, Any] | None, cache: Cache
     None for anything else (a cached index is checked for freshness instead: nothing to ask)."""
     if not uncached_remote_hdf5(target, cache):
         return None
-    from ...options import CacheOptions
+    from ...options import FetchOptions
     from ...source import request_ahead  # _quick, _http and _retry only
 
-    return request_ahead(urls.normalise(target), storage_options, CacheOptions().end_spans())  # as scans ask
+    return request_ahead(urls.normalise(target), storage_options, FetchOptions().end_spans())  # as scans ask

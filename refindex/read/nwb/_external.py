@@ -10,11 +10,11 @@ from typing import Any
 from ... import urls
 from ...errors import RefindexError, SourceError
 from ...formats import ZarrFormat, for_zarr
-from .._load import load_refs, zarr_format_of
-from .._open import ReadOptions, index_store
-from .._store import IndexStore
-from .._urlcheck import declared_sources, untrusted
-from .._urlpolicy import UrlPolicy
+from ..index._load import load_refs, zarr_format_of
+from ..zarr_store._open import ReadOptions, index_store
+from ..zarr_store._store import IndexStore
+from ..index._urlcheck import declared_sources, untrusted
+from ..index._urlpolicy import UrlPolicy
 
 
 def _with_source(v: Any, source: str) -> Any:

@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from .._attrtypes import restore_attribute_types
-from .._store import IndexStore
+from ._attrtypes import restore_attribute_types
+from ..zarr_store._store import IndexStore
 from ._external import ExternalIndexes
 from ._tree import ZarrTree
 
 
 class AttributeTypes:
     """What both IO classes add to hdmf-zarr's: the attribute types JSON cannot carry, restored before the
-    containers are made (:mod:`refindex.read._attrtypes`), and the indexes of linked files."""
+    containers are made (:mod:`refindex.read.nwb._attrtypes`), and the indexes of linked files."""
 
     refindex_external: ExternalIndexes | None = None
     refindex_attribute_types: dict[str, dict[str, str]] = {}

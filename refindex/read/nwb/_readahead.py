@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ... import urls
-from .._store import IndexStore
+from ..zarr_store._store import IndexStore
 
 
 def first_acquisition_chunks(store: IndexStore, budget: int) -> tuple[list[str], Callable[[str, bytes], bytes] | None]:

@@ -14,11 +14,11 @@ from functools import partial
 from typing import Any, Literal
 
 from ...errors import RefindexError
-from ...gcpause import held_for_open
-from .._attrtypes import provenance_of, recorded_types
-from .._load import zarr_format_of
-from .._open import ReadOptions, SourceCheck, declared_of, index_location, prepare_unchecked, store_of
-from .._store import IndexStore
+from ...isolation.gcpause import held_for_open
+from ._attrtypes import provenance_of, recorded_types
+from ..index._load import zarr_format_of
+from ..zarr_store._open import ReadOptions, SourceCheck, declared_of, index_location, prepare_unchecked, store_of
+from ..zarr_store._store import IndexStore
 from ._external import ExternalIndexes
 from ._io import nwb_io_class, nwb_io_class_v3
 from ._readahead import first_acquisition_chunks
@@ -32,7 +32,7 @@ READ_AHEAD_BYTES = 8 << 20  # the first chunk of the main recording, fetched whi
 def _h5py_road(refs: Any, reader: Reader, **options: Any) -> tuple[Any, Any]:
     """(the index of ``refs`` prepared, the ``h5py.File`` over it or None when ``reader`` says the zarr road
     takes it: "auto" and links into other files).  Collection is held while it opens (the open's
-    objects live as long as the file, refindex.gcpause); pynwb's read after it is not held.
+    objects live as long as the file, refindex.isolation.gcpause); pynwb's read after it is not held.
     ``options``: :func:`~refindex.read.h5py_road.prepared`'s (``fetched`` among them)."""
     from ..h5py_road import Road, on_the_fly, open_road, prepared, uncached_remote_hdf5
 
@@ -86,7 +86,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     is read through hdmf-zarr's ``NWBZarrIO`` over its read-only session's store.
 
     Attributes whose type JSON cannot carry (``uint64``, ``float32``, arrays) get the type the
-    scan recorded (:mod:`refindex.read._attrtypes`) before the containers are made on the zarr
+    scan recorded (:mod:`refindex.read.nwb._attrtypes`) before the containers are made on the zarr
     road, as ``NWBHDF5IO`` hands them over: files hdmf-zarr alone cannot build (an unsigned
     attribute a constructor checks) open here.
 
@@ -107,13 +107,13 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
     from ..h5py_road import SourceAsk, requested_early
 
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
-    with requested_early(refs, storage_options, cache, asked) as fetched:  # as h5py_file: sent before the rest loads
+    with requested_early(refs, storage_options, options.cache, asked) as fetched:  # as h5py_file: sent before the rest loads
         if reader != "zarr":
             from pynwb import NWBHDF5IO
 
             prep, road = _h5py_road(refs, reader, storage_options=storage_options, remote_options=remote_options,
-                                    check_source=check_source, cache=cache, allowed_urls=allowed_urls, trust=trust,
-                                    group=group, branch=branch, snapshot=snapshot, fetched=fetched)
+                                    check_source=check_source, cache=options.cache, allowed_urls=allowed_urls,
+                                    trust=trust, group=group, branch=branch, snapshot=snapshot, fetched=fetched)
             if road is not None:
                 return _read_kept(NWBHDF5IO(file=road, mode="r"))
             # "auto" and links into other files: the zarr road follows them through the linked files' indexes
@@ -121,7 +121,7 @@ def open_nwb(refs: Any, *, external: dict[str, Any] | None = None, scan_missing:
                 return _read_icechunk(prep.icechunk, options, external, scan_missing)
             loaded, opts, check = prep.loaded, replace(prep.read_options, remote_protocol=remote_protocol), prep.check
         else:
-            from .._open import opened_icechunk
+            from ..zarr_store._open import opened_icechunk
 
             ic = opened_icechunk(refs, storage_options=storage_options, remote_options=remote_options, group=group,
                                  branch=branch, snapshot=snapshot, check_source=check_source)

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import RefindexError
-from .._consolidated import group_document, metadata_of
-from .._store import IndexStore
+from ..zarr_store._consolidated import group_document, metadata_of
+from ..zarr_store._store import IndexStore
 
 SMALL_ARRAY_BYTES = 16 << 20
 TABLE_COLUMN_BYTES = 256 << 20

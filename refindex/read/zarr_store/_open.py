@@ -14,11 +14,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from ..model import RefsDocument
-from ._load import load_index, load_refs, parquet_metadata, zarr_format_of
-from ._names import CacheSetting
-from ._repository import named_otherwise
-from ._urlpolicy import UrlPolicy, allowed_patterns
+from ...model import RefsDocument
+from ..index._load import load_index, load_refs, parquet_metadata, zarr_format_of
+from ..index._names import CacheSetting, IndexCache
+from ..index._repository import named_otherwise
+from ..index._urlpolicy import UrlPolicy, allowed_patterns
 
 
 Span = tuple[int, int]
@@ -43,7 +43,7 @@ class ReadOptions:
     since it was made.  ``cache``: where the index of an HDF5 input is kept (see
     :mod:`refindex.read`; False: nowhere).
 
-    Which URLs the index may make the reader fetch (see :mod:`refindex.read._urlpolicy`):
+    Which URLs the index may make the reader fetch (see :mod:`refindex.read.index._urlpolicy`):
     ``allowed_urls`` are URL prefixes (or patterns with ``*``) allowed whatever the rules say,
     ``trust`` allows everything, ``index_url`` is where the index came from (None for a dict
     made in memory; a service that fetched an index itself can name its origin here, so it is
@@ -64,7 +64,7 @@ class ReadOptions:
            remote_protocol: str | None = None, check_source: bool = True, cache: CacheSetting = True,
            allowed_urls: Sequence[str] | str | None = None, trust: bool = False,
            index_url: str | None = None) -> "ReadOptions":
-        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, cache,
+        return cls(dict(storage_options or {}), remote_options, remote_protocol, check_source, IndexCache.of(cache),
                    allowed_patterns(allowed_urls), trust, index_url)
 
     def url_policy(self) -> UrlPolicy:
@@ -110,7 +110,7 @@ def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None
 
     def check(also: Sequence[Span] = ()) -> dict[Span, bytes]:
         if opts.check_source and not fresh:
-            from .freshness import check_source
+            from ..freshness import check_source
 
             found = check_source(declared_of(loaded, opts), storage_options=opts.remote_options, also=also)
             return found.fetched if found is not None else {}
@@ -122,9 +122,9 @@ def prepare_unchecked(refs: Any, opts: ReadOptions, accept: Callable[[Any], None
 def load_judges(check_source: bool) -> None:
     """Load what judges an index (the policy for its URLs; its freshness check when
     ``check_source``), so a caller can do it while the index is on its way."""
-    from ._urlcheck import check_refs  # noqa: F401
+    from ..index._urlcheck import check_refs  # noqa: F401
     if check_source:
-        from . import freshness  # noqa: F401
+        from .. import freshness  # noqa: F401
 
 
 def check_index(loaded: Any, opts: ReadOptions) -> bool:
@@ -134,7 +134,7 @@ def check_index(loaded: Any, opts: ReadOptions) -> bool:
     True when every URL was judged (a JSON index without generators); False when the rest
     are judged as its store is made (see :func:`reference_fs`).
     """
-    from ._urlcheck import check_declared, check_refs
+    from ..index._urlcheck import check_declared, check_refs
 
     if opts.trust:
         return True
@@ -175,7 +175,7 @@ def reference_fs(refs: Any, opts: ReadOptions):
     dict all at once, and those of a parquet index as a key resolves to its URL, before its
     bytes are requested.
     """
-    from ._urlcheck import guarded_reference_fs
+    from ..index._urlcheck import guarded_reference_fs
 
     if opts.index_url is None and not isinstance(refs, dict):
         opts = replace(opts, index_url=os.fspath(refs))
@@ -183,7 +183,7 @@ def reference_fs(refs: Any, opts: ReadOptions):
     declared = refs if isinstance(refs, dict) else parquet_declared(refs, opts)  # one read of .zmetadata
     policy = None if opts.trust else opts.url_policy()
     if policy is not None:
-        from ._urlcheck import check_declared
+        from ..index._urlcheck import check_declared
 
         check_declared(policy, declared, provenance=opts.check_source and isinstance(refs, dict))
     protocol = opts.remote_protocol or target_protocol(declared, opts.storage_options)
@@ -220,7 +220,7 @@ def register_reader_codecs(index: Any) -> None:
     """Make the codecs an index names known here, as a reader would: refindex's own, and
     imagecodecs' (which ships no entry points; readers register its codecs), under the
     names of the index's zarr format."""
-    from ..codecs import register_codecs, register_stock_codecs, register_v3_codecs
+    from ...codecs import register_codecs, register_stock_codecs, register_v3_codecs
 
     register_codecs()
     register_stock_codecs()
@@ -260,7 +260,7 @@ def open(refs: Any, *, storage_options: dict[str, Any] | None = None, remote_opt
     the file), or per node when an index has none.  Keywords are those of :class:`ReadOptions`.
 
     An index read from elsewhere may make the reader fetch only what its rules allow (the
-    table in :mod:`refindex.read._urlpolicy`: no local files from a remote index, no cloud
+    table in :mod:`refindex.read.index._urlpolicy`: no local files from a remote index, no cloud
     metadata or private-network hosts ...); anything else is refused before any request with
     :class:`~refindex.UntrustedReference`.  ``allowed_urls`` (URL prefixes, or patterns
     where ``*`` stands for anything) widens that on purpose, ``trust=True`` turns it off.
@@ -293,7 +293,7 @@ def subgroup(root: Any, group: str, label: str) -> Any:
     (a ``ValueError`` too) naming what is there instead and the groups of its nearest parent."""
     import zarr
 
-    from ..errors import GroupNotFound
+    from ...errors import GroupNotFound
 
     try:
         found = root[group.strip("/")]
@@ -317,15 +317,15 @@ def opened_icechunk(refs: Any, *, storage_options: dict[str, Any] | None = None,
                     groups_elsewhere: bool = False) -> Any:
     """``refs`` as an :class:`~refindex.read.IcechunkIndex` checked against its source (StaleIndexError
     when it changed), or None when ``refs`` is no Icechunk repository (``groups_elsewhere``: as
-    :func:`~refindex.read._icechunk.icechunk_index`'s)."""
+    :func:`~refindex.read.index._icechunk.icechunk_index`'s)."""
     if isinstance(refs, dict) or (group is None and branch is None and snapshot is None and named_otherwise(refs)):
         return None  # Icechunk's reader not imported
-    from ._icechunk import icechunk_index
+    from ..index._icechunk import icechunk_index
 
     ic = icechunk_index(refs, storage_options=storage_options, source_options=remote_options, group=group,
                         branch=branch, snapshot=snapshot, groups_elsewhere=groups_elsewhere)
     if ic is not None and check_source:
-        from .freshness import check_source as _check
+        from ..freshness import check_source as _check
 
         _check(ic.as_refs(), storage_options=ic.source_options if ic.source_options is not None
                else ic.storage_options)

@@ -188,7 +188,7 @@ class ScanProgress:
 # The time limit of an isolated scan (refindex.options.time_limit) is sized for the largest
 # healthy file of that size, so a small file that loops would hold its worker for a minute.  So,
 # while a scan is *watched* (:func:`watch`: from the source's opening to the end of the walk), a
-# thread of the worker sends its parent (refindex.isolate, refindex.forked) a pulse every
+# thread of the worker sends its parent (refindex.isolation.worker, refindex.isolation.forked) a pulse every
 # :data:`PULSE_INTERVAL` seconds.  It gets to run whenever the scan runs Python code, waits for
 # bytes or reads data; it cannot while libhdf5 holds the interpreter in one call.  The parent
 # stops a watched worker whose pulse stops for the stall limit.  Nothing of this runs outside a

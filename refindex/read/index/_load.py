@@ -20,12 +20,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import urls
-from ..errors import RefindexError, SourceError
-from ..model import ZMETADATA, RefsDocument
-from ..options import ScanOptions
-from ..source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
-from ._names import CacheSetting, Kind, cache_entry, cache_folder, kind_by_name
+from ... import urls
+from ...errors import RefindexError, SourceError
+from ...model import ZMETADATA, RefsDocument
+from ...options import ScanOptions
+from ...source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
+from ._names import CacheSetting, IndexCache, Kind, kind_by_name
 
 
 def kind_of(target: str, storage_options: dict[str, Any] | None = None) -> Kind:
@@ -81,22 +81,22 @@ def index_of_file(url: str, *, storage_options: dict[str, Any] | None = None, ca
     its server sends no validator, and a re-upload of the same bytes is not.  ``accept(refs)``
     may refuse an index (raising) before it is cached.
     """
-    from ..gcpause import collections_allowed
-    from ..pipeline import scan_refs
+    from ...isolation.gcpause import collections_allowed
+    from ...pipeline import scan_refs
 
     options = (options or ScanOptions()).but(storage_options=dict(storage_options or {}))
-    folder = cache_folder(cache)
-    if folder is None:
-        with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+    cache = IndexCache.of(cache)
+    if cache.folder is None:
+        with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
             refs = scan_refs(url, options, progress="auto")
         if accept is not None:
             accept(refs)
         return refs
     where = urls.normalise(url)
-    entry = cache_entry(folder, where, options)
+    entry = cache.entry(where, options)
     refs = _cached_entry(entry, storage_options)
     if refs is None:
-        with collections_allowed():  # a scan makes garbage (refindex.gcpause)
+        with collections_allowed():  # a scan makes garbage (refindex.isolation.gcpause)
             refs = scan_refs(where, options, progress="auto")  # a bar in a notebook when it takes seconds
         if accept is not None:
             accept(refs)
@@ -112,8 +112,8 @@ def _cached_entry(entry: Path, storage_options: dict[str, Any] | None) -> RefsDo
     When the source's validators changed but its bytes did not (a re-upload), the entry is
     kept with the new validators, so the next open settles it without reading bytes.
     """
-    from ..errors import StaleIndexError
-    from .freshness import check_fresh, recorded_source
+    from ...errors import StaleIndexError
+    from ..freshness import check_fresh, recorded_source
 
     try:
         refs = json.loads(entry.read_bytes())
@@ -134,8 +134,8 @@ def _cached_entry(entry: Path, storage_options: dict[str, Any] | None) -> RefsDo
 
 def keep_in_cache(refs: RefsDocument, entry: Path) -> None:
     """Write ``refs`` to the cache ``entry`` atomically; a cache that cannot take it is left as it is."""
-    from ..errors import OutputError
-    from ..formats import write_json
+    from ...errors import OutputError
+    from ...formats import write_json
 
     try:
         write_json(refs, entry)

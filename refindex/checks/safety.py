@@ -13,8 +13,8 @@ import json
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from . import urls
-from .errors import RefindexError, UnsupportedError
+from .. import urls
+from ..errors import RefindexError, UnsupportedError
 
 # Codec ids refindex writes.  All decode data only; none can execute code on read.
 ALLOWED_CODEC_IDS = frozenset({

@@ -18,12 +18,12 @@ from typing import Any, Iterator
 import h5py
 import numpy as np
 
-from ..codecs import jsonable
-from ..compare import object_key, records_equal, values_of
-from ..errors import RefindexError
-from ..source import open_source
-from ._load import load_refs
-from ._open import ReadOptions, check_index, declared_of, index_location, store_of
+from ...codecs import jsonable
+from ...checks.compare import object_key, records_equal, values_of
+from ...errors import RefindexError
+from ...source import open_source
+from ..index._load import load_refs
+from ..zarr_store._open import ReadOptions, check_index, declared_of, index_location, store_of
 
 try:
     import hdf5plugin  # noqa: F401  (expected values need every filter h5py can have)
@@ -69,7 +69,7 @@ class VerifyReport:
 
     def _repr_html_(self) -> str:
         """In a notebook: the verdict, the counts, and every dataset that is not exact."""
-        from ..display import table, verdict
+        from ...feedback.display import table, verdict
 
         counts = ", ".join(f"{self.count(s):,} {s}" for s in STATUSES if self.count(s)) or "no datasets"
         title = verdict(self.ok, f"verify {self.file}: {counts}")
@@ -280,13 +280,13 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     The URLs ``refs`` names are judged first, as by :func:`refindex.open` (``allowed_urls``,
     ``trust``).
     """
-    from ._consolidated import open_group
-    from ._icechunk import icechunk_index
+    from ..zarr_store._consolidated import open_group
+    from ..index._icechunk import icechunk_index
 
     ic = icechunk_index(refs, source_options=remote_options)
     if ic is not None:  # an Icechunk repository (or one of its groups): provenance from the commit record
         if check_source:
-            from .freshness import check_source as _check
+            from ..freshness import check_source as _check
 
             _check(ic.as_refs(), source=str(source), storage_options=storage_options)
         return compare_file(source, ic.as_refs(), group if group is not None else ic.zarr_group(), storage_options)
@@ -300,7 +300,7 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
     if check_index(refs, opts):
         opts = replace(opts, trust=True)
     if check_source:
-        from .freshness import check_source as _check
+        from ..freshness import check_source as _check
 
         _check(declared_of(refs, opts), source=str(source), storage_options=storage_options)
     return compare_file(source, refs, group if group is not None else open_group(store_of(refs, opts)),
@@ -310,7 +310,7 @@ def verify(source: Any, refs: Any, *, storage_options: dict | None = None, check
 def _swapped(source: Any, refs: Any) -> RefindexError | None:
     """The error for ``verify(INDEX, FILE)`` (the arguments the wrong way round), or None when they
     are not (so the error loading ``refs`` stands as it is)."""
-    from ._load import kind_of
+    from ..index._load import kind_of
 
     try:
         kinds = ("json" if isinstance(source, dict) else kind_of(os.fspath(source)), kind_of(os.fspath(refs)))
@@ -366,7 +366,7 @@ def _provenance(refs: Any) -> dict[str, Any]:
     """An index's ``refindex`` section: a refs dict's, or a parquet folder's (in its .zmetadata)."""
     if isinstance(refs, dict):
         return refs.get("refindex") or {}
-    from ._load import parquet_metadata
+    from ..index._load import parquet_metadata
 
     try:
         return parquet_metadata(refs).get("refindex") or {}

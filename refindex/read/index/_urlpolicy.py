@@ -47,7 +47,7 @@ import stat as stat_mod
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-from ..source import has_hdf5_signature
+from ...source import has_hdf5_signature
 from ._hosts import DESCRIBED, LINK_LOCAL, PUBLIC, name_kind, normalise_host, resolve, same_host, worst_address
 
 IN_MEMORY, LOCAL, REMOTE = "in memory", "local", "remote"

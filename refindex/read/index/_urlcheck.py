@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import UntrustedReference
+from ...errors import UntrustedReference
 from ._urlpolicy import UrlPolicy
 
 _TEMPLATE = re.compile(r"{{\s*(\w+)\s*}}")

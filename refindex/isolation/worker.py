@@ -15,7 +15,7 @@ refindex itself, sent by reference (pickle names its module and name; the worker
 it): ``Worker().run(function, {"arg": value})``.
 
 The command line isolates its one call differently, in a fork of itself made before the
-heavy imports (:mod:`refindex.forked`, milliseconds instead of an interpreter start), and
+heavy imports (:mod:`refindex.isolation.forked`, milliseconds instead of an interpreter start), and
 falls back to a Worker when it cannot fork safely; both speak the messages of
 :func:`job_outcome` and raise the same errors.
 """
@@ -34,8 +34,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from . import errors
-from .errors import RefindexError, WorkerCrashed, WorkerTimeout
+from .. import errors
+from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
 
 DEFAULT_TIMEOUT = 600.0  # a job that names no limit (a scan names refindex.options.time_limit_of its file)
 # Imported by a new worker before its first job, so jobs do not pay for them.
@@ -166,7 +166,7 @@ def stall_error(limit: float, label: str | None) -> WorkerTimeout:
 
 
 class StallWatch:
-    """The parent's reading of a worker's pulses (:mod:`refindex.progress`): each line is "still here,
+    """The parent's reading of a worker's pulses (:mod:`refindex.feedback.progress`): each line is "still here,
     stall limit N s" (0: not watched).  :meth:`deadline` is when a watched worker counts as stuck."""
 
     def __init__(self) -> None:
@@ -188,7 +188,7 @@ class StallWatch:
 
 
 def pulse_sender(fd: int) -> Callable[[float], None]:
-    """The worker's side of the pulse pipe ``fd``: a :func:`refindex.progress.set_watcher` callable."""
+    """The worker's side of the pulse pipe ``fd``: a :func:`refindex.feedback.progress.set_watcher` callable."""
     os.set_blocking(fd, False)
 
     def send(limit: float) -> None:
@@ -235,7 +235,7 @@ class Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pulse_r, pulse_w = os.pipe()
-        cmd = [sys.executable, "-c", "import sys; from refindex.isolate import worker_main; worker_main(sys.argv[1:])",
+        cmd = [sys.executable, "-c", "import sys; from refindex.isolation.worker import worker_main; worker_main(sys.argv[1:])",
                str(to_child_r), str(from_child_w), str(self.memory_limit or 0), str(pulse_w)]
         try:
             proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w, pulse_w), stdin=subprocess.DEVNULL,
@@ -412,7 +412,7 @@ def worker_main(argv: list[str]) -> None:
 
     r, w, limit = int(argv[0]), int(argv[1]), int(argv[2])
     if len(argv) > 3:
-        from .progress import set_watcher
+        from ..feedback.progress import set_watcher
 
         set_watcher(pulse_sender(int(argv[3])))
     for name in PRELOAD:  # pay the heavy imports once, before the first job

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .. import urls
+from ... import urls
 
 REPO_MARKER = "repo"  # the object every Icechunk (format 2) repository has at its root
 OTHER_INDEX_SUFFIXES = (".json", ".parq", ".h5", ".hdf5", ".hdf", ".he5", ".nwb", ".nc", ".nc4", ".h5ad")

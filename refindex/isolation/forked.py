@@ -6,7 +6,7 @@ job in a child process with a time limit, so such a file ends in a WorkerCrashed
 WorkerTimeout error instead of taking the command down.
 
 The child is an ``os.fork()`` of the command itself, made before anything heavy is
-imported: it costs a few milliseconds where a fresh interpreter (:class:`refindex.isolate.Worker`)
+imported: it costs a few milliseconds where a fresh interpreter (:class:`refindex.isolation.worker.Worker`)
 costs ~0.3 s of start-up and imports, and the parent never loads libhdf5 at all.  A fork
 is only safe in a process with one thread (a fork copies one thread; locks held by the
 others stay locked forever in the child), so :func:`can_fork` checks that, native threads
@@ -29,11 +29,11 @@ import threading
 import time
 from typing import Any, Iterator, NoReturn
 
-from .isolate import (Cleanup, Job, StallWatch, death_error, job_outcome, pulse_sender, rebuild_error, run_isolated,
-                      stall_error, timeout_error, unsendable)
+from .worker import (Cleanup, Job, StallWatch, death_error, job_outcome, pulse_sender, rebuild_error, run_isolated,
+                     stall_error, timeout_error, unsendable)
 from .lifetime import clean_after, die_with_parent, finished
-from .options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
-from .progress import set_watcher
+from ..options import time_limit  # noqa: F401 - the default limit of an isolated scan (one policy, in options)
+from ..feedback.progress import set_watcher
 
 _HEADER = struct.Struct("<Q")  # the child's message: its length, then a pickle
 _STDERR_KEPT = 1 << 20  # bytes of a quiet child's stderr kept (the most recent)
@@ -112,7 +112,7 @@ def run_forked(job: Job, kwargs: dict[str, Any], *, timeout: float, label: str |
 class _Child:
     """A forked child running one job; its answer pipe and (``quiet``) its stderr pipe.
 
-    The child dies with this process (:func:`~refindex.lifetime.die_with_parent`), and a
+    The child dies with this process (:func:`~refindex.isolation.lifetime.die_with_parent`), and a
     sentinel runs ``cleanup`` on its half-written output if it is killed that way.
     """
 
@@ -249,7 +249,7 @@ def _reap(pid: int, grace: float = 5.0) -> int | None:
 
 
 class _Stuck(Exception):
-    """The child, watched (:mod:`refindex.progress`), sent no pulse for ``limit`` seconds."""
+    """The child, watched (:mod:`refindex.feedback.progress`), sent no pulse for ``limit`` seconds."""
 
     def __init__(self, limit: float):
         super().__init__(limit)

@@ -1,6 +1,6 @@
 """Child processes that end with their parent, and take what they half-wrote with them.
 
-``refindex scan`` runs its work in a forked child (:mod:`refindex.forked`), which a parent's
+``refindex scan`` runs its work in a forked child (:mod:`refindex.isolation.forked`), which a parent's
 timer kills when it overruns.  When the parent itself is killed (``kill -9``, an OOM kill, a
 closed terminal), nothing would stop the child: it would write its output later, unasked.
 :func:`die_with_parent` makes the kernel kill it then (Linux ``PR_SET_PDEATHSIG``; a child

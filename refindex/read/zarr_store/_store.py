@@ -29,10 +29,10 @@ from typing import Any
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ..errors import SourceError
-from ..source import is_transient, merge_ranges, ranged, retry_policy, source_error, split_ranges, whole_file
+from ...errors import SourceError
+from ...source import is_transient, merge_ranges, ranged, retry_policy, source_error, split_ranges, whole_file
 from ._scan_ahead import ScanAhead
-from ._urlcheck import expand_url
+from ..index._urlcheck import expand_url
 
 MERGE_GAP = 256 << 10  # at 50 MB/s, 256 KiB transfer in less time than a 30 ms request waits
 MERGE_SPAN = 32 << 20
@@ -69,7 +69,7 @@ class FetchStats:
                 "keys_fetched": len(self.keys)}
 
     def _repr_html_(self) -> str:
-        from ..display import fields
+        from ...feedback.display import fields
 
         return fields([("requests", self.requests), ("round trips", self.round_trips),
                        ("bytes fetched", self.bytes_fetched), ("keys fetched", len(self.keys))],
@@ -299,7 +299,7 @@ class IndexStore(Store):
 
     def _scan_ahead(self, asked: list[str]) -> None:
         """Fetch, beside this selection's chunks, those the next step of a scan will ask for
-        (:mod:`refindex.read._scan_ahead`); guesses of the step before that were not taken are dropped."""
+        (:mod:`refindex.read.zarr_store._scan_ahead`); guesses of the step before that were not taken are dropped."""
         for key in self._guessed.difference(asked):
             self._ahead.pop(key, None)
         loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ import base64
 import json
 from typing import Any
 
-from ..errors import RefindexError
+from ...errors import RefindexError
 
 METADATA_NAMES = (".zgroup", ".zarray", ".zattrs")
 CONSOLIDATED_KEY = ".zmetadata"

@@ -14,8 +14,8 @@ def notes(index: Any, path: str, *, storage_options: dict[str, Any] | None = Non
 
     ``index``: a refs dict, a JSON index or a parquet folder (path or URL).
     """
-    from ..conventions import hidden_attributes
-    from ._load import load_refs, parquet_metadata
+    from ...conventions import hidden_attributes
+    from ..index._load import load_refs, parquet_metadata
 
     refs = load_refs(index, storage_options)
     prov = (refs if isinstance(refs, dict) else parquet_metadata(refs, storage_options)).get("refindex") or {}

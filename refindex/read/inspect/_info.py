@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import urls
-from ._load import load_index, parquet_metadata
-from ._names import CacheSetting
+from ... import urls
+from ..index._load import load_index, parquet_metadata
+from ..index._names import CacheSetting
 
 
 class IndexInfo(dict):
     """What :func:`info` returns: a plain dict (JSON-ready), shown as a table in a notebook."""
 
     def _repr_html_(self) -> str:
-        from ..display import fields
+        from ...feedback.display import fields
 
         size = self.get("bytes_referenced", 0) + self.get("inline_bytes", 0)
         rows = [("format", f"{self.get('format', 'json')}, zarr v{self.get('zarr_format')}"),
@@ -35,7 +35,7 @@ def info(refs: Any, *, storage_options: dict[str, Any] | None = None, cache: Cac
     """Summary of an index (or of an HDF5 file's index, made on the fly): groups, arrays, chunks
     referenced, inline bytes, source files, and the options that decided what is inline.
     An Icechunk repository's group (``group``/``branch``/``snapshot``) adds its ``containers``."""
-    from ._icechunk import icechunk_index
+    from ..index._icechunk import icechunk_index
 
     ic = icechunk_index(refs, storage_options=storage_options, group=group, branch=branch, snapshot=snapshot)
     if ic is not None:
@@ -81,7 +81,7 @@ def _summary(groups: int, arrays: int, chunks: int, referenced: int, inline_keys
     refindex provides; ``zarr_format``: 2 or 3 (the v3 names need ``imagecodecs.zarr``'s
     codecs registered, refindex's their ``zarr.codecs`` entry points).
     """
-    from ..codecs import codec_ids, codec_names, codec_provider, codec_provider_v3
+    from ...codecs import codec_ids, codec_names, codec_provider, codec_provider_v3
 
     v3 = any(d.get("zarr_format") == 3 for d in docs) or prov.get("zarr_format") == 3
     used = ({name: codec_provider_v3(name) for name in codec_names(docs)} if v3 else
@@ -113,7 +113,7 @@ def pages_summary(doc: Any) -> dict[str, Any] | None:
         return None
     if "object" in doc:  # an Icechunk repository: an object of its own, named by the commit
         return {"stored_bytes": doc.get("bytes"), "object": doc.get("object")}
-    from ..formats import encoded_size
+    from ...formats import encoded_size
 
     out = {"bytes": doc.get("bytes"), "stored_bytes": encoded_size(doc), "page_size": doc.get("page_size"),
            "chunk_indexes_left_out": len(doc.get("index_ranges") or {})}

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable
 
-from ..errors import GroupNotFound, RefindexError
+from ...errors import GroupNotFound, RefindexError
 from ._repository import names_repository
 
 
@@ -55,7 +55,7 @@ class IcechunkIndex:
             return self._session
         import icechunk as ic
 
-        from ..formats import icechunk as writer  # the repository layout: not needed to tell a JSON index apart
+        from ...formats import icechunk as writer  # the repository layout: not needed to tell a JSON index apart
 
         ic.set_logs_filter("error")
         storage = writer.storage_of(self.repository, self.storage_options)
@@ -88,7 +88,7 @@ class IcechunkIndex:
     def zarr_group(self) -> Any:
         import zarr
 
-        from ..codecs import register_codecs, register_stock_codecs, register_v3_codecs
+        from ...codecs import register_codecs, register_stock_codecs, register_v3_codecs
 
         register_codecs()
         register_stock_codecs()

@@ -32,11 +32,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict, Union, Unpack
 
-from ..errors import RefindexError
-from ..options import ScanKeywords, ScanOptions, options_from
-from ._consolidated import is_metadata_key, per_node_metadata
-from ._load import load_index, parquet_metadata
-from ._names import CacheSetting
+from ...errors import RefindexError
+from ...options import ScanKeywords, ScanOptions, options_from
+from ..zarr_store._consolidated import is_metadata_key, per_node_metadata
+from ..index._load import load_index, parquet_metadata
+from ..index._names import CacheSetting
 
 
 
@@ -87,7 +87,7 @@ class CheckReport:
         return f"{len(self.differences)} difference(s) from the template"
 
     def _repr_html_(self) -> str:
-        from ..display import table, verdict
+        from ...feedback.display import table, verdict
 
         title = verdict(self.ok, self.summary())
         return table(["path", "difference"], self.differences, title=title) if self.differences else f"<p>{title}</p>"
@@ -106,7 +106,7 @@ def load_metadata(refs_or_file: Any, *, storage_options: dict[str, Any] | None =
 
     An HDF5 file is indexed first (through the local index cache, see :mod:`refindex.read`).
     """
-    from ._icechunk import icechunk_index
+    from ..index._icechunk import icechunk_index
 
     ic = icechunk_index(refs_or_file, storage_options=storage_options)
     if ic is not None:  # an Icechunk repository: its documents as a v3 index holds them
