@@ -213,6 +213,6 @@ def parquet_metadata(path: str | os.PathLike, storage_options: dict[str, Any] | 
 
 def zarr_format_of(index: Any, storage_options: dict[str, Any] | None = None) -> int:
     """2 or 3: the zarr format of a loaded index (a refs dict, or a parquet folder's path)."""
-    from ..formats import of_refs
+    from ...formats import of_refs
 
     return of_refs(index if isinstance(index, dict) else parquet_metadata(index, storage_options)["metadata"]).number
