@@ -239,6 +239,18 @@ def test_unreachable_host_is_clean_error(monkeypatch):
 
 
 # ------------------------------------------------------------------ isolation
+def test_a_job_s_time_limit_starts_when_its_worker_is_ready(tmp_path, monkeypatch):
+    """A worker that takes 2 s to start (an interpreter importing h5py and zarr on a busy machine) still runs
+    a job limited to 1 s: the limit counts the job.  Before, the start counted, and the good files of a
+    batch with --timeout 4 timed out at a load of 11 on 2 cores."""
+    (tmp_path / "sitecustomize.py").write_text("import time\ntime.sleep(2.0)  # a slow interpreter start\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with Worker() as w:
+        assert w.run(selftest, {"kind": "ok"}, timeout=1.0) == "ok"
+        with pytest.raises(WorkerTimeout, match="timed out after 1 s"):  # the job's own time still counts
+            w.run(selftest, {"kind": "hang"}, timeout=1.0)
+
+
 def test_isolation_turns_crash_and_hang_into_errors():
     with Worker() as w:
         with pytest.raises(WorkerCrashed, match=r"libhdf5 crashed \(signal 11"):
