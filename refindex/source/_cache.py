@@ -9,7 +9,6 @@ fetched together on open, and every request, round trip and byte is counted so
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from ..options import CacheOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts
 from ._retry import is_transient, retry_policy
+from ._readonly import ReadOnlyFile
 from ._record import ReadRecorder
 
 WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
@@ -52,7 +52,7 @@ def refuse_in_fork(cache: "BlockCache") -> None:
     raise FetchInFork("cannot fetch in a forked process (its parent opened the file)", file=cache.path)
 
 
-class BlockCache(io.RawIOBase):
+class BlockCache(ReadOnlyFile):
     """A read-only, seekable file over ``fs.cat_file`` with a keep-everything block cache."""
 
     def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None,
@@ -102,25 +102,7 @@ class BlockCache(io.RawIOBase):
                     self.blocks[i] = block
         return True
 
-    # io.RawIOBase protocol -------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if whence == 0:
-            self.pos = offset
-        elif whence == 1:
-            self.pos += offset
-        else:
-            self.pos = self.size + offset
-        return self.pos
-
+    # io.RawIOBase protocol (the rest: ReadOnlyFile) --------------------------
     def readinto(self, b) -> int:
         data = self.read_range(self.pos, self.pos + len(b))
         n = len(data)
@@ -158,6 +140,12 @@ class BlockCache(io.RawIOBase):
             if missing:
                 self._fetch_blocks(missing)
             return self._cached(start, end)
+
+    def fetch_now(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` fetched now, cached or not (what the answer tells of the server is judged;
+        a forked copy refuses: only its parent fetches)."""
+        with self._lock:
+            return self._get([(start, end)])[0]
 
     def _cached(self, start: int, end: int) -> bytes:
         """Bytes ``start:end`` from blocks that are all cached."""
@@ -372,10 +360,7 @@ def serves_ranges(cache: BlockCache) -> bool:
         if getattr(cache.fs, "served_a_part", lambda _: False)(cache.path) or cache.size < 2:
             cache.ranges_served = True
         else:
-            if os.getpid() != cache._pid:  # a forked copy: only its parent fetches
-                refuse_in_fork(cache)
-            with cache._lock:
-                cache._fetch_parts([(0, 1)])  # (judged on the way)
+            cache.fetch_now(0, 1)  # (judged on the way)
     return bool(cache.ranges_served)
 
 
