@@ -29,6 +29,7 @@ from refindex.cli import main as cli_main
 from refindex.errors import RefindexError
 
 from conftest import assert_same_values, consumer_open, json_roundtrip, moto_s3, zvalues
+from waiting import until
 
 N_NWB, N_PLAIN = 6, 12
 BAD = ("broken/truncated.h5", "notes/not_hdf5.h5")
@@ -262,13 +263,10 @@ def test_worker_crash_and_hang_do_not_stop_the_batch(data, tmp_path):
     killed = []
 
     def crash_when_blocked() -> None:  # the crash FIFO comes first: the first blocked worker is on it
-        for _ in range(400):
-            pid = _blocked_worker()
-            if pid:
-                os.kill(pid, signal.SIGSEGV)
-                killed.append(pid)
-                return
-            time.sleep(0.05)
+        found: list[int | None] = []
+        if until(lambda: found.append(_blocked_worker()) or found[-1], 20, every=0.05):
+            os.kill(found[-1], signal.SIGSEGV)
+            killed.append(found[-1])
 
     killer = threading.Thread(target=crash_when_blocked, daemon=True)
     killer.start()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from refindex.read.h5py_road import _beside
 
 from h5compare import assert_same_h5  # noqa: E402
 import webserver
+from waiting import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -46,13 +46,10 @@ def _many_objects(path: Path, n: int = 60) -> None:
 
 def _entry(cache: Path, seconds: float = 60, pattern: str = "*.refs.json") -> Path:
     """The cache entry the child writes (waited for); ``pattern``: what else it leaves."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = list(cache.glob(pattern)) if cache.is_dir() else []
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    raise AssertionError(f"no {pattern} in {cache} after {seconds} s")
+    found: list[Path] = []
+    if not until(lambda: found.extend(cache.glob(pattern) if cache.is_dir() else []) or found, seconds):
+        raise AssertionError(f"no {pattern} in {cache} after {seconds} s")
+    return found[0]
 
 
 @pytest.fixture
@@ -116,17 +113,20 @@ def test_a_cache_the_child_cannot_write_to_changes_nothing_the_caller_reads(many
     finally:
         f.close()
     assert len(children) == 1 and children[0] is not None
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{children[0]}").exists() and time.monotonic() < deadline:  # ended, and reaped
-        time.sleep(0.05)
-    assert not Path(f"/proc/{children[0]}").exists()
+    assert until(lambda: not Path(f"/proc/{children[0]}").exists(), 60)  # ended, and reaped
     assert not (blocked / "cache").exists()
 
 
-def _slow_child(monkeypatch, seconds: float) -> None:
-    """The child takes ``seconds`` before it writes (it is a fork: what is patched here, it runs)."""
+def _held_child(monkeypatch, gate: Path) -> None:
+    """The child waits until ``gate`` exists before it writes (it is a fork: what is patched here, it
+    runs): the test says when, after what it looks at happened (at most a minute)."""
     real = _beside.keep_in_cache
-    monkeypatch.setattr(_beside, "keep_in_cache", lambda *a: time.sleep(seconds) or real(*a))
+
+    def held(*args):
+        until(gate.exists, 60)
+        return real(*args)
+
+    monkeypatch.setattr(_beside, "keep_in_cache", held)
 
 
 def test_the_child_outlives_the_thread_that_opened(many, tmp_path, monkeypatch):
@@ -135,7 +135,8 @@ def test_the_child_outlives_the_thread_that_opened(many, tmp_path, monkeypatch):
     import threading
 
     path, server, url = many
-    _slow_child(monkeypatch, 1.0)
+    gate = tmp_path / "gate"
+    _held_child(monkeypatch, gate)
     cache = tmp_path / "cache"
     read = {}
 
@@ -147,6 +148,7 @@ def test_the_child_outlives_the_thread_that_opened(many, tmp_path, monkeypatch):
     t.start()
     t.join()
     assert read == {"n": 500} and not list(cache.glob("*.refs.json"))  # the thread is gone, the child is not
+    gate.touch()
     assert json.loads(_entry(cache).read_text()) == json.loads(json.dumps(refindex.scan(url)))
 
 
@@ -154,7 +156,7 @@ def test_the_child_ends_with_the_process_that_opened(many, tmp_path, monkeypatch
     import os
 
     path, server, url = many
-    _slow_child(monkeypatch, 3.0)
+    _held_child(monkeypatch, tmp_path / "gate")  # never opened: the child would write after a minute
     cache = tmp_path / "cache"
     r, w = os.pipe()
     opener = os.fork()
@@ -179,10 +181,7 @@ def test_the_child_ends_with_the_process_that_opened(many, tmp_path, monkeypatch
         except OSError:
             return False
 
-    deadline = time.monotonic() + 10
-    while running() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running()  # ended with the process, before it could write
+    assert until(lambda: not running(), 10)  # ended with the process, before it could write
     assert not cache.exists() or not list(cache.glob("*.refs.json"))
 
 

@@ -10,15 +10,11 @@ HTTP server (Range, ETag, Last-Modified) that logs every request, and moto's S3 
 
 from __future__ import annotations
 
-import email.utils
-import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +28,7 @@ import refindex
 import nwbcompare  # noqa: E402
 from h5compare import assert_same_h5  # noqa: E402
 import webserver
+from waiting import until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,61 +51,6 @@ def nwb_read(**kw):
         return io, io.read()
 
 
-# ---------------------------------------------------------------- a loopback HTTP server
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """Serves a folder with Range, ETag and Last-Modified; logs (method, path, range)."""
-
-    root = ""
-    log: list[tuple[str, str, str | None]] = []
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, head: bool) -> None:
-        path = os.path.join(type(self).root, self.path.split("?", 1)[0].lstrip("/"))
-        type(self).log.append((self.command, self.path, self.headers.get("Range")))
-        if not os.path.isfile(path):
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        data = Path(path).read_bytes()
-        st = os.stat(path)
-        status, rng, size = 200, self.headers.get("Range"), len(data)
-        if rng and rng.startswith("bytes="):
-            a, _, b = rng[6:].partition("-")
-            start, end = (int(a), min(size, int(b) + 1 if b else size)) if a else (max(0, size - int(b)), size)
-            data, status = data[start:end], 206
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", '"%s"' % hashlib.md5(f"{st.st_size}-{st.st_mtime_ns}".encode()).hexdigest())
-        self.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
-        self.end_headers()
-        if not head:
-            self.wfile.write(data)
-
-    def do_GET(self):
-        self._send(False)
-
-    def do_HEAD(self):
-        self._send(True)
-
-
-@contextmanager
-def serve(folder: Path):
-    handler = type("H", (_Handler,), {"root": str(folder), "log": []})
-    server = webserver.LoopbackHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield handler, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _chunked_file(path: Path) -> None:
     rng = np.random.default_rng(5)
     with h5py.File(path, "w") as f:
@@ -127,11 +69,12 @@ def site(tmp_path_factory, nwb_files):
     folder = tmp_path_factory.mktemp("site")
     (folder / "session.nwb").write_bytes(Path(nwb_files["main"]).read_bytes())
     _chunked_file(folder / "data.h5")
-    with serve(folder) as (handler, base):
+    with webserver.serve(folder=folder) as server:
+        base = server.base
         for name in ("session.nwb", "data.h5"):
             refs = refindex.scan(f"{base}/{name}")  # as published: its ETag recorded, what a freshness check asks
             (folder / f"{name}.json").write_text(json.dumps(refs))
-        yield folder, handler, base
+        yield folder, server, base
 
 
 # ---------------------------------------------------------------- NWB files, local
@@ -297,17 +240,13 @@ def test_icechunk_index_carries_the_pages_beside_its_commits(tmp_path, collect_i
 
 
 # ---------------------------------------------------------------- remote
-def _requests(handler, since: int = 0) -> list[tuple[str, str, str | None]]:
-    return [r for r in handler.log[since:]]
-
-
 def test_a_pre_indexed_open_makes_no_request_beyond_the_index_and_its_freshness_check(site, nwb_files):
-    folder, handler, base = site
-    start = len(handler.log)
+    folder, server, base = site
+    start = len(server.requests)
     f = refindex.h5py_file(f"{base}/session.nwb.json")
     io, got = nwb_read(file=f)
     try:
-        asked = _requests(handler, start)
+        asked = server.requests[start:]
         index_gets = [r for r in asked if r[1] == "/session.nwb.json"]
         file_asks = [r for r in asked if r[1] == "/session.nwb"]
         assert len(index_gets) == 1 and len(file_asks) == 1, asked
@@ -324,15 +263,15 @@ def test_a_pre_indexed_open_makes_no_request_beyond_the_index_and_its_freshness_
 
 
 def test_data_reads_fetch_the_next_chunks_ahead_concurrently(site):
-    folder, handler, base = site
+    folder, server, base = site
     f = refindex.h5py_file(f"{base}/data.h5.json")
     try:
         with h5py.File(folder / "data.h5", "r") as want:
             expected = want["data"][()]
-        start = len(handler.log)
+        start = len(server.requests)
         got = f["data"][()]
         np.testing.assert_array_equal(got, expected)
-        chunk_gets = [r for r in handler.log[start:] if r[1] == "/data.h5" and r[0] == "GET"]
+        chunk_gets = [r for r in server.requests[start:] if r[1] == "/data.h5" and r[0] == "GET"]
         s = stats(f)
         assert s.from_ahead == 40  # every chunk libhdf5 read was fetched ahead (or with the first)
         assert s.fetch.round_trips <= 6, s.as_dict()  # not one round trip per chunk
@@ -345,7 +284,7 @@ def test_data_reads_fetch_the_next_chunks_ahead_concurrently(site):
 def test_reads_in_any_order_and_stride_are_the_files_bytes(site):
     """The read-ahead guesses the next chunks from the reads' steps; whatever the guess, each read
     must be the file's: strides over chunks, backwards, again, parts of chunks, scattered rows."""
-    folder, handler, base = site
+    folder, server, base = site
     rng = np.random.default_rng(11)
     with h5py.File(folder / "data.h5", "r") as want_file, refindex.h5py_file(f"{base}/data.h5.json") as f:
         want, got = want_file["data"], f["data"]
@@ -399,7 +338,7 @@ def test_a_window_read_fetches_at_most_half_again_what_it_reads(tmp_path):
 def test_on_the_fly_the_file_opens_at_once_and_its_index_is_cached_beside(site, tmp_path):
     """The open reads the bytes the scan's prefetch fetched; the index, made by a child from them, is the
     one a scan makes, and the next open takes it from the cache."""
-    folder, handler, base = site
+    folder, server, base = site
     cache = tmp_path / "cache"
     f = refindex.h5py_file(f"{base}/data.h5", cache=str(cache))
     try:
@@ -407,31 +346,29 @@ def test_on_the_fly_the_file_opens_at_once_and_its_index_is_cached_beside(site, 
             assert_same_h5(want, f)
     finally:
         f.close()
-    deadline = time.monotonic() + 60
-    while not list(cache.glob("*.refs.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert until(lambda: list(cache.glob("*.refs.json")), 60)  # written by a child
     [entry] = list(cache.glob("*.refs.json"))
     assert json.loads(entry.read_text()) == json.loads(json.dumps(refindex.scan(f"{base}/data.h5")))
-    start = len(handler.log)
+    start = len(server.requests)
     f = refindex.h5py_file(f"{base}/data.h5", cache=str(tmp_path / "cache"))  # from the index cache
     try:
         assert f["group"].attrs["title"] == "a group"
-        assert [r[0] for r in handler.log[start:]] == ["HEAD"] or len(handler.log[start:]) <= 1
+        assert [r[0] for r in server.requests[start:]] == ["HEAD"] or len(server.requests[start:]) <= 1
     finally:
         f.close()
 
 
 def test_a_changed_source_is_refused_before_any_page_is_served(site, tmp_path):
-    folder, handler, base = site
+    folder, server, base = site
     (folder / "moving.h5").write_bytes((folder / "data.h5").read_bytes())
     refs = refindex.scan(f"{base}/moving.h5")  # as published: the freshness check needs its ETag alone
     with h5py.File(folder / "moving.h5", "a") as f:
         f["group"].attrs["title"] = "changed since it was indexed, to something longer"
         f.create_dataset("extra", data=np.arange(100))
-    start = len(handler.log)
+    start = len(server.requests)
     with pytest.raises(refindex.StaleIndexError, match="source changed"):
         refindex.h5py_file(refs)
-    assert all(r[2] is None for r in handler.log[start:]), "no byte of the file may be read"
+    assert all(r[2] is None for r in server.requests[start:]), "no byte of the file may be read"
     f = refindex.h5py_file(refs, check_source=False)  # on purpose: the caller's choice
     f.close()
 
@@ -456,7 +393,7 @@ def test_a_small_file_is_fetched_whole_in_the_freshness_checks_round_trip(site, 
     trips than carried pages, and every read after it from memory."""
     from refindex.scanner import _pages
 
-    folder, handler, base = site
+    folder, server, base = site
     _small_file(folder / "small.h5")
     size = (folder / "small.h5").stat().st_size
     assert size <= _pages.IN_FILE_MAX
@@ -472,10 +409,10 @@ def test_a_small_file_is_fetched_whole_in_the_freshness_checks_round_trip(site, 
         target = str(tmp_path / "small.parq")
         refindex.scan_to_parquet(f"{base}/small.h5", target)
     assert refindex.info(target)["pages"]["in_file"] is True
-    start = len(handler.log)
+    start = len(server.requests)
     f = refindex.h5py_file(target)
     try:
-        asked = sorted(r for r in handler.log[start:] if r[1] == "/small.h5")
+        asked = sorted(r for r in server.requests[start:] if r[1] == "/small.h5")
         assert asked == [("GET", "/small.h5", f"bytes=0-{size - 1}")], asked  # its answer's headers: the check
         with h5py.File(folder / "small.h5", "r") as want:
             assert assert_same_h5(want, f) == 5
@@ -486,11 +423,13 @@ def test_a_small_file_is_fetched_whole_in_the_freshness_checks_round_trip(site, 
 
 
 def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
-    folder, handler, base = site
+    folder, server, base = site
     _small_file(folder / "small_moving.h5")
     refs = refindex.scan(f"{base}/small_moving.h5")
-    time.sleep(0.01)
+    indexed = (folder / "small_moving.h5").stat().st_mtime_ns
     _small_file(folder / "small_moving.h5", title="rewritten since it was indexed")
+    os.utime(folder / "small_moving.h5", ns=(indexed + 10**9, indexed + 10**9))  # (a rewrite in the same clock tick
+    #                                                                             would keep the validators)
     with pytest.raises(refindex.StaleIndexError, match="source changed"):
         refindex.h5py_file(refs)
     f = refindex.h5py_file(refs, check_source=False)  # the caller's choice: the file as it is now
@@ -507,16 +446,14 @@ def test_a_small_file_that_changed_is_refused_and_read_anew_when_asked(site):
 
 def _released_once_asked(server: webserver.Server, name: str, seen: list[bool], source: webserver.Server,
                          wait: float = 10.0) -> None:
-    """Pause ``name``'s body after 64 KiB until ``source`` has been asked a ``HEAD`` (at most ``wait``
-    seconds); ``seen`` gets whether it was."""
-    go, since = threading.Event(), len(source.requests)
+    """Pause ``name``'s body after 64 KiB until ``source`` has been asked a ``HEAD`` of anything (at most
+    ``wait`` seconds); ``seen`` gets whether it was."""
+    go, asked = threading.Event(), threading.Event()
+    source.watched[("HEAD", None)] = asked
     server.paused[name] = (64 << 10, go)
 
     def watch() -> None:
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and not any(r[0] == "HEAD" for r in source.requests[since:]):
-            time.sleep(0.005)
-        seen.append(any(r[0] == "HEAD" for r in source.requests[since:]))
+        seen.append(asked.wait(wait))
         go.set()
 
     threading.Thread(target=watch, daemon=True).start()
@@ -640,16 +577,16 @@ def test_in_file_pages_not_fetched_yet_serve_nothing(tmp_path):
 def test_a_small_file_opens_on_the_fly(site):
     """Its pages are the whole file, which its scan's first round trip fetched: the road takes those bytes
     (once the file was asked for again after its scan: one more round trip)."""
-    folder, handler, base = site
+    folder, server, base = site
     _small_file(folder / "small_fly.h5")
-    handler.log.clear()
+    server.requests.clear()
     f = refindex.h5py_file(f"{base}/small_fly.h5", cache=False)
     try:
-        asked = [(method, rng) for method, path, rng in handler.log if path == "/small_fly.h5"]
+        asked = [(method, rng) for method, path, rng in server.requests if path == "/small_fly.h5"]
         assert len(asked) == 3 and sorted(m for m, _ in asked) == ["GET", "GET", "HEAD"], asked  # one round trip
         with h5py.File(folder / "small_fly.h5", "r") as want:
             assert_same_h5(want, f)
-        assert len(handler.log) == 3 and f.refindex_file.stats.from_source == 0
+        assert len(server.requests) == 3 and f.refindex_file.stats.from_source == 0
     finally:
         f.close()
 
@@ -727,10 +664,7 @@ def _settled() -> None:
 
     from refindex.isolation import gcpause
 
-    deadline = time.monotonic() + 10 + gcpause.SETTLE
-    while not gc.isenabled() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert gc.isenabled(), "collection still held 10 s after the last test"
+    assert until(gc.isenabled, 10 + gcpause.SETTLE), "collection still held 10 s after the last test"
 
 
 def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
@@ -740,7 +674,7 @@ def test_an_open_holds_garbage_collection_and_gives_it_back(site, tmp_path):
     turned it off; an open on the fly (its scan's prefetch, the chunk tables) runs with collection on."""
     import gc
 
-    folder, handler, base = site
+    folder, server, base = site
     _settled()
     with _counted_collections() as seen:
         f = refindex.h5py_file(f"{base}/session.nwb.json")
@@ -771,7 +705,7 @@ def test_what_an_open_made_joins_the_oldest_generation(site):
     caller froze stay frozen (the open then leaves its objects as they are: this suite is such a caller)."""
     import gc
 
-    folder, handler, base = site
+    folder, server, base = site
     _settled()
 
     def oldest() -> set[int]:
@@ -812,7 +746,7 @@ def test_no_collection_runs_in_a_fetching_thread_while_libhdf5_waits(site):
     data reads (chunks read ahead among them)."""
     from h5py._objects import phil
 
-    folder, handler, base = site
+    folder, server, base = site
 
     def locked_elsewhere(info):  # the fetching thread a collection starts in, while another holds h5py's lock
         name = threading.current_thread().name
@@ -841,8 +775,8 @@ def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path)
     rng = np.random.default_rng(7)
     with h5py.File(tmp_path / "big.h5", "w") as f:
         f.create_dataset("x", data=rng.integers(0, 99, (20000, 64), dtype="i4"), chunks=(10, 64))  # 5 MB
-    with serve(tmp_path) as (handler, base):
-        refs = index(f"{base}/big.h5")
+    with webserver.serve(folder=tmp_path) as server:
+        refs = index(f"{server.base}/big.h5")
         ranges = refs["refindex"]["pages"]["index_ranges"]
         assert "/x" in ranges
         with refindex.h5py_file(refs) as f, h5py.File(tmp_path / "big.h5", "r") as want:
@@ -860,27 +794,34 @@ def test_a_chunk_index_too_large_to_carry_is_fetched_in_one_round_trip(tmp_path)
     assert int((ends - starts).sum()) > INDEX_MAX
 
 
+def _holds_let_go() -> bool:
+    """Whether collection is on once the timers that let go of finished fetches' holds (gcpause.SETTLE
+    seconds after each) have run: they are started as a fetch completes, so joining them is waiting
+    for every hold a completed fetch let go."""
+    import gc
+
+    from refindex import gcpause
+
+    for timer in threading.enumerate():
+        if isinstance(timer, threading.Timer) and getattr(timer.function, "__module__", "") == gcpause.__name__:
+            timer.join(10 + gcpause.SETTLE)
+    return gc.isenabled()
+
+
 def test_a_fetch_of_one_future_per_range_holds_collection_until_its_last_range():
     import gc
     from concurrent.futures import Future
 
     from refindex.isolation.gcpause import held_while_fetching
 
-    def released() -> bool:
-        deadline = time.monotonic() + 5
-        while not gc.isenabled() and time.monotonic() < deadline:  # let go a moment after the fetch is done
-            time.sleep(0.05)
-        return gc.isenabled()
-
     assert gc.isenabled()
     futures: list[Future] = [Future(), Future()]
     assert held_while_fetching(lambda: futures) is futures
     futures[0].set_result(b"")
-    time.sleep(0.5)  # (the hold outlasts a fetch by SETTLE = 0.25 s)
-    assert not gc.isenabled()  # one range is still on its way
+    assert not _holds_let_go()  # one range is still on its way
     futures[1].set_result(b"")
-    assert released()
-    assert held_while_fetching(lambda: []) == [] and released()  # nothing to wait for: nothing held
+    assert _holds_let_go()
+    assert held_while_fetching(lambda: []) == [] and _holds_let_go()  # nothing to wait for: nothing held
 
 
 def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
@@ -902,10 +843,7 @@ def test_a_forked_child_does_not_inherit_the_holds_of_fetching_threads():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         pending.set_result([])
-    deadline = time.monotonic() + 5
-    while not gc.isenabled() and time.monotonic() < deadline:  # let go a moment after the fetch is done
-        time.sleep(0.05)
-    assert gc.isenabled()
+    assert _holds_let_go()
 
 
 def test_a_file_left_open_until_the_interpreter_ends_does_not_crash_it(tmp_path):

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import time
 import warnings
 
 import fsspec
@@ -27,6 +26,7 @@ from refindex.read import ZarrTree, serve_from_memory
 import nwbcompare  # noqa: E402
 import nwbfiles  # noqa: E402
 from conftest import assert_same_values, consumer_open, moto_s3, scan, zvalues
+from waiting import until
 
 
 def _inline(refs, key):
@@ -366,9 +366,7 @@ def test_open_nwb_reads_the_main_recording_ahead(tmp_path):
             assert longest.name == "raw"  # 20,000 rows; raw_gzip has 4,000
             data = nwb.acquisition["raw"].data
             rows = data.chunks[0]
-            deadline = time.monotonic() + 30
-            while not store.stats.requests and time.monotonic() < deadline:  # it runs in the background
-                time.sleep(0.01)
+            assert until(lambda: store.stats.requests, 30)  # it runs in the background
             assert store.stats.requests == 1 and store.stats.keys == ["acquisition/raw/data/0.0"]
             assert_same_values(longest.data[:rows], data[:rows])
             assert store.stats.requests == 1  # served by the read-ahead
@@ -400,9 +398,7 @@ def test_the_main_recording_read_ahead_is_inflated_in_the_background(tmp_path):
         nwb = refindex.open_nwb("s3://gz-bucket/gz.nwb", storage_options=s3, cache=False, reader="zarr")
         store = nwb.refindex_io._file.store
         ahead = store._ahead["acquisition/rec/data/0.0"]
-        deadline = time.monotonic() + 30
-        while not ahead.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert until(ahead.done, 30)  # (an asyncio future of the store's loop: looked at, not waited on, here)
         assert ahead.result()[:2] == b"\x78\x01"  # zlib, stored blocks
         assert_same_values(values, nwb.acquisition["rec"].data[:])
         assert store.stats.keys.count("acquisition/rec/data/0.0") == 1

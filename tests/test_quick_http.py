@@ -18,6 +18,7 @@ import pytest
 
 import refindex
 import webserver
+from waiting import until
 from refindex.errors import SourceError, StaleIndexError
 from refindex.options import FetchOptions
 from refindex.read.index._load import load_refs
@@ -499,7 +500,7 @@ def test_connections_the_server_let_go_while_idle_are_replaced():
         quick = QuickHTTP()
         starts = list(range(0, 8000, 1000))
         assert quick.cat_ranges([url] * 8, starts, [s + 10 for s in starts]) == [DATA[s:s + 10] for s in starts]
-        time.sleep(0.6)  # the server closes all 8
+        assert until(lambda: server.connections == 0, 10)  # the server closes every kept one after 0.2 s idle
         server.requests.clear()
         assert described(quick.info(url))["etag"]
         assert [r[0] for r in server.requests] == ["HEAD"]  # no fallback to GET
@@ -522,16 +523,12 @@ def test_a_forked_process_does_not_share_the_parents_connections():
             ok = all(quick.cat_file(url, a, a + 100) == DATA[a:a + 100] for a in range(0, 5000, 500))
             ok = ok and quick.cat_ranges(*ranges) == want
             os._exit(0 if ok else 1)
-        for _ in range(200):  # (a child waiting for the parent's pool threads, which it has not, would hang)
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.05)
-        else:
+        ended: list[tuple[int, int]] = []  # (a child waiting for the parent's pool threads, which it has not, would hang)
+        if not until(lambda: ended.append(os.waitpid(pid, os.WNOHANG)) or ended[-1][0], 10):
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             pytest.fail("the forked process hung on the parent's thread pool")
-        assert status == 0
+        assert ended[-1][1] == 0
         assert quick.cat_file(url, 100, 200) == DATA[100:200]
         peers = {r[1] for r in server.requests}
         assert peers == {"/f.bin"}

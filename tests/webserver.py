@@ -1,20 +1,22 @@
 """A loopback HTTP server for tests, shaped like the servers users meet.
 
-``serve(etag=..., last_modified=..., ranges=...)`` serves files held in memory
-(``server.put(name, data)``), with or without an ``ETag`` (derived from the file's mtime and
-size, as nginx and Apache make theirs), a ``Last-Modified`` header (whole seconds, as HTTP
-dates are) and Range support (``python -m http.server`` has none).  ``delay`` holds every
-answer back (a slow server); ``idle`` closes a kept connection that waits longer than that for
-its next request (as nginx and object stores do); ``tls`` serves HTTPS (with a certificate of
-:func:`self_signed`); ``server.requests`` logs (method, path, Range), ``server.sent`` the body bytes of each answer.  A name can also be answered
-with a redirect (``server.redirects``), an error status (``server.statuses``) or a body stored
-gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be held
-back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a whole
-body paused after its first bytes (``server.paused[name] = (nbytes, threading.Event())``).
+``serve(etag=..., last_modified=..., ranges=...)`` serves files held in memory (``server.put(name,
+data)``), with or without an ``ETag`` (derived from the file's mtime and size, as nginx and Apache
+make theirs), a ``Last-Modified`` header (whole seconds, as HTTP dates are) and Range support
+(``python -m http.server`` has none). ``delay`` holds every answer back (a slow server); ``idle``
+closes a kept connection that waits longer than that for its next request (as nginx and object
+stores do); ``tls`` serves HTTPS (with a certificate of :func:`self_signed`); ``server.requests``
+logs (method, path, Range), ``server.sent`` the body bytes of each answer. A name can also be
+answered with a redirect (``server.redirects``), an error status (``server.statuses``) or a body
+stored gzip-compressed (``put(..., gzip=True)``: sent with ``Content-Encoding``); a range can be
+held back until the test lets it go (``server.held[(name, start)] = threading.Event()``), and a
+whole body paused after its first bytes (``server.paused[name] = (nbytes, threading.Event())``).
 ``host``: another loopback address to listen on (127.0.0.2: a host other than 127.0.0.1).
-``server.failures`` answers the next N requests 503 and ``server.failing_ranges`` a given
-(start, end) once (servers that fail and recover); ``server.peak`` is the most requests answered
-at once.  This is the suite's one HTTP server: a test that needs another behaviour adds it here.
+``server.failures`` answers the next N requests 503 and ``server.failing_ranges`` a given (start,
+end) once (servers that fail and recover); ``server.peak`` is the most requests answered at once,
+``server.connections`` how many connections are open now; ``server.watched[(method, name)] =
+threading.Event()`` is set when such a request comes (name None: any). This is the suite's one HTTP
+server: a test that needs another behaviour adds it here.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class Server:
     lock: threading.Lock = field(default_factory=threading.Lock)
     folder: Path | None = None  # names not put here are read from this folder, as they are on disk now
     sent: list[tuple[str, str | None, int]] = field(default_factory=list)  # (path, Range, body bytes) per GET answered
+    # (method, name or None for any) -> set when such a request arrives: a test waits on it, not on the log
+    watched: dict[tuple[str, str | None], threading.Event] = field(default_factory=dict)
+    connections: int = 0  # connections open now (a kept one counts until the server has closed it)
 
     def lookup(self, name: str) -> Served | None:
         """What ``name`` serves: a file put here, else the file of that name under :attr:`folder`."""
@@ -120,7 +125,11 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
 
         def _answer(self, head_only: bool) -> None:
             rng = self.headers.get("Range")
+            name = self.path.lstrip("/").split("?", 1)[0]
             server.requests.append((self.command, self.path, rng))
+            for key in ((self.command, name), (self.command, None)):
+                if key in server.watched:
+                    server.watched[key].set()
             if server.delay:
                 time.sleep(server.delay)  # a slow server: this is about time
             if server.answers_unavailable(rng):
@@ -128,7 +137,6 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            name = self.path.lstrip("/").split("?", 1)[0]
             served = server.lookup(name)
             if name in server.redirects:
                 self.send_response(302)
@@ -194,6 +202,19 @@ class LoopbackHTTPServer(http.server.ThreadingHTTPServer):
 
     request_queue_size = 256  # (socketserver's 5 drops the SYNs of a client opening 128 connections at once:
     #                            it retries them 1, 3, 7 s later, and a test takes seconds for nothing)
+    served: Server | None = None  # whose ``connections`` count this server's open connections
+
+    def process_request(self, request, client_address):
+        if self.served is not None:
+            with self.served.lock:
+                self.served.connections += 1
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        super().shutdown_request(request)  # closed: only now does the client see the connection end
+        if self.served is not None:
+            with self.served.lock:
+                self.served.connections -= 1
 
 
 def self_signed(folder: str) -> tuple[str, str]:
@@ -237,6 +258,7 @@ def serve(*, etag: bool = True, last_modified: bool = True, ranges: bool = True,
     server = Server(base="", delay=delay, folder=None if folder is None else Path(folder).resolve())
     httpd = LoopbackHTTPServer((host, 0), _handler(server, etag, last_modified, ranges, idle, content_range))
     httpd.daemon_threads = True
+    httpd.served = server
     if tls is not None:
         import ssl
 

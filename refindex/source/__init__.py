@@ -29,6 +29,7 @@ _WHERE = {
     "retried_in_thread": "_quick", "taken_ahead": "_quick",
     "prefetch_tree": "_prefetch", "TreeSeen": "_prefetch", "reads_other_files": "_prefetch",
     "INDEX_PREFIX": "_record", "META": "_record", "LocalFile": "_record", "ReadRecorder": "_record",
+    "ReadOnlyFile": "_readonly",
     "RetryPolicy": "_retry", "is_transient": "_retry", "retry_policy": "_retry", "with_retries": "_retry",
     "described": "_validators", "fine_grained": "_validators", "mtime_epoch": "_validators",
     "same_mtime": "_validators",

@@ -9,7 +9,6 @@ fetched together on open, and every request, round trip and byte is counted so
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 import time
@@ -18,10 +17,11 @@ from typing import Any
 
 from ..errors import SourceError
 from ..isolation.gcpause import held_collections
-from ..options import FetchOptions as CacheOptions
+from ..options import FetchOptions
 from ._failures import ranged, whole_file
 from ._gather import cat_parts
 from ._retry import is_transient, retry_policy
+from ._readonly import ReadOnlyFile
 from ._record import ReadRecorder
 
 WHOLE_PARTS = 16  # the rest of a small file is fetched as this many concurrent requests
@@ -52,10 +52,10 @@ def refuse_in_fork(cache: "BlockCache") -> None:
     raise FetchInFork("cannot fetch in a forked process (its parent opened the file)", file=cache.path)
 
 
-class BlockCache(io.RawIOBase):
+class BlockCache(ReadOnlyFile):
     """A read-only, seekable file over ``fs.cat_file`` with a keep-everything block cache."""
 
-    def __init__(self, fs, path: str, size: int, options: CacheOptions | None = None, stats: ReadStats | None = None,
+    def __init__(self, fs, path: str, size: int, options: FetchOptions | None = None, stats: ReadStats | None = None,
                  ends: tuple[bytes, bytes] | None = None):
         """``ends``: the file's first ``first_read`` and last ``tail_read + block_size`` bytes when the
         caller fetched them already (see ``source._open.info_and_ends``); else they are fetched here."""
@@ -63,7 +63,7 @@ class BlockCache(io.RawIOBase):
         self.fs = fs
         self.path = path
         self.size = int(size)
-        self.opts = options or CacheOptions()
+        self.opts = options or FetchOptions()
         self.stats = stats or ReadStats()
         self.blocks: dict[int, bytes] = {}
         self.pos = 0
@@ -102,25 +102,7 @@ class BlockCache(io.RawIOBase):
                     self.blocks[i] = block
         return True
 
-    # io.RawIOBase protocol -------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if whence == 0:
-            self.pos = offset
-        elif whence == 1:
-            self.pos += offset
-        else:
-            self.pos = self.size + offset
-        return self.pos
-
+    # io.RawIOBase protocol (the rest: ReadOnlyFile) --------------------------
     def readinto(self, b) -> int:
         data = self.read_range(self.pos, self.pos + len(b))
         n = len(data)
@@ -158,6 +140,12 @@ class BlockCache(io.RawIOBase):
             if missing:
                 self._fetch_blocks(missing)
             return self._cached(start, end)
+
+    def fetch_now(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` fetched now, cached or not (what the answer tells of the server is judged;
+        a forked copy refuses: only its parent fetches)."""
+        with self._lock:
+            return self._get([(start, end)])[0]
 
     def _cached(self, start: int, end: int) -> bytes:
         """Bytes ``start:end`` from blocks that are all cached."""
@@ -372,10 +360,7 @@ def serves_ranges(cache: BlockCache) -> bool:
         if getattr(cache.fs, "served_a_part", lambda _: False)(cache.path) or cache.size < 2:
             cache.ranges_served = True
         else:
-            if os.getpid() != cache._pid:  # a forked copy: only its parent fetches
-                refuse_in_fork(cache)
-            with cache._lock:
-                cache._fetch_parts([(0, 1)])  # (judged on the way)
+            cache.fetch_now(0, 1)  # (judged on the way)
     return bool(cache.ranges_served)
 
 

@@ -14,13 +14,14 @@ too large to carry; reads that only check data are not recorded (:meth:`ReadReco
 
 from __future__ import annotations
 
-import io
 import os
 from array import array
 from contextlib import contextmanager
 from typing import Iterator
 
 import numpy as np
+
+from ._readonly import ReadOnlyFile
 
 META = "meta"
 INDEX_PREFIX = "index:"
@@ -104,7 +105,7 @@ class ReadRecorder:
                 if (tags == i).any()}
 
 
-class LocalFile(io.RawIOBase):
+class LocalFile(ReadOnlyFile):
     """A local file for libhdf5's file-object driver that records every read.
 
     Used for local scans whose index carries pages: libhdf5's own (sec2) driver reads by
@@ -122,19 +123,6 @@ class LocalFile(io.RawIOBase):
 
     def __repr__(self) -> str:
         return self.path  # libhdf5 names the file after it: external links resolve beside it
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
-        return self.pos
 
     def readinto(self, b) -> int:
         if self.pos >= self.size:  # past the end (a damaged address may exceed what pread takes): nothing

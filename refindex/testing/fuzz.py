@@ -20,7 +20,7 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import IndexMismatch, RefindexError, WorkerCrashed, WorkerTimeout
 from ..isolation.worker import Worker
@@ -219,7 +219,3 @@ def _one(worker: Worker, path: str, what: str, data: bytes, i: int, workdir: str
         for n in leftovers:
             os.unlink(os.path.join(folder, n))
     report.outcomes[outcome] += 1
-
-
-def iter_findings(report: FuzzReport) -> Iterator[str]:
-    yield from report.findings

@@ -20,7 +20,6 @@ Everything fetched goes through :mod:`refindex.source` (retries, counts).
 
 from __future__ import annotations
 
-import io
 import threading
 from bisect import bisect_right, insort
 from concurrent.futures import Future
@@ -33,7 +32,7 @@ from ...errors import SourceError
 from ...isolation.gcpause import held_collections, held_while_fetching
 from ...model import Pages
 from ...options import FetchOptions as CacheOptions
-from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
+from ...source import BlockCache, RangeFetcher, ReadOnlyFile, ReadStats, merge_ranges
 from ._chunks import ChunkMap, ChunkRun
 from ._served import PageMap
 
@@ -186,7 +185,7 @@ class ReadAhead:
             self.held += e - o
 
 
-class IndexedFile(io.RawIOBase):
+class IndexedFile(ReadOnlyFile):
     """A read-only file for h5py's file-object driver: pages first, then the source (module docstring)."""
 
     def __init__(self, name: str, size: int, pages: Pages | None, fetcher: RangeFetcher,
@@ -215,21 +214,11 @@ class IndexedFile(io.RawIOBase):
     def __repr__(self) -> str:
         return self.name  # libhdf5 names the file after it: a local file's external links resolve beside it
 
-    # io.RawIOBase --------------------------------------------------------------
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
+    # io.RawIOBase (the rest: ReadOnlyFile) --------------------------------------
     def seek(self, offset: int, whence: int = 0) -> int:
         if whence == 2 and self.opened and self.refuse_reopen:
             raise OSError(EXTERNAL_LINKS)
-        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
-        return self.pos
+        return super().seek(offset, whence)
 
     def readinto(self, b) -> int:
         """libhdf5's every read (thousands while pynwb opens a file).  ``b`` is h5py's Cython view of

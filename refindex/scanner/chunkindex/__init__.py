@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
+import numpy as np
+
 from ._base import DatasetFacts, Fetch, FileFacts, Listing, Reader, Unparsed, chunk_size_width
 from ._btree1 import read_btree1
 from ._btree2 import read_btree2
@@ -42,6 +44,8 @@ def read_chunk_index(fetch: Fetch, facts: FileFacts, ds: DatasetFacts,
         ds = replace(ds, itemsize=layout.dims[-1])
     reader = Reader(fetch, facts, layout.index)
     reader.size_width = facts.sizeof_size if layout.version >= 5 else chunk_size_width(ds.chunk_bytes)
+    if not reader.defined(np.asarray([layout.address]))[0]:  # no chunk written yet, whatever the index
+        return Listing.empty(len(ds.chunks)), layout, reader
     try:
         listing = READERS[layout.index](reader, ds, layout, progress)
     except Unparsed as e:

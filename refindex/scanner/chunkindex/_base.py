@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from ._lookup3 import checksums_ok
+
 # (absolute offsets, sizes) -> the bytes of each range, through the source layer (merged, concurrent, retried)
 Fetch = Callable[[list[int], list[int]], list[bytes]]
 
@@ -203,6 +205,16 @@ class Reader:
     def one(self, addr: int, size: int, what: str) -> np.ndarray:
         """The ``size`` bytes of one structure, as a ``(1, size)`` matrix."""
         return self.rows(np.asarray([addr], np.uint64), size, what)
+
+    def header(self, addr: int, size: int, what: str, magic: bytes, kind: int, refused: str) -> np.ndarray:
+        """A chunk index's header, as :meth:`one` reads it, once its signature ``magic``, version 0, type
+        (or client) byte ``kind`` and closing checksum are right: HDF5's v2 B-tree, fixed and extensible
+        array headers all begin so.  Else :class:`Unparsed` saying ``refused``."""
+        h = self.one(addr, size, what)
+        if not signature_ok(h, magic)[0] or h[0, 4] != 0 or h[0, 5] != kind \
+                or not checksums_ok(h, np.asarray([size - 4]))[0]:
+            raise self.fail(refused)
+        return h
 
 
 def batches(n: int, row_bytes: int) -> list[slice]:

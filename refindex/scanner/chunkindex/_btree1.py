@@ -33,8 +33,6 @@ def read_btree1(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None)
     rank = len(ds.chunks)
     two_k = 2 * facts.istore_k
     dtype = node_dtype(rank, facts.sizeof_addr, two_k)
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
     nodes = np.asarray([layout.address], np.uint64)
     level = None
     while True:

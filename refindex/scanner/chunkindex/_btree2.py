@@ -41,15 +41,10 @@ def node_info(node_size: int, rec: int, depth: int, sa: int) -> tuple[list[int],
 def read_btree2(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None) -> Listing:
     facts, rank = reader.facts, len(ds.chunks)
     sa, ss = facts.sizeof_addr, facts.sizeof_size
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
-    size = 22 + sa + ss
-    h = reader.one(layout.address, size, "v2 B-tree header")
     kind = 11 if ds.filtered else 10
+    h = reader.header(layout.address, 22 + sa + ss, "v2 B-tree header", b"BTHD", kind,
+                      "a v2 B-tree header that is not this dataset's (signature, type or checksum)")
     rec = sa + 8 * rank + ((reader.size_width + 4) if ds.filtered else 0)
-    if not signature_ok(h, b"BTHD")[0] or h[0, 4] != 0 or h[0, 5] != kind \
-            or not checksums_ok(h, np.asarray([size - 4]))[0]:
-        raise reader.fail("a v2 B-tree header that is not this dataset's (signature, type or checksum)")
     node_size, rrec, depth = int(uint(h, 6, 4)[0]), int(uint(h, 10, 2)[0]), int(uint(h, 12, 2)[0])
     p = layout.params
     if (node_size, int(h[0, 14]), int(h[0, 15])) != (p.get("node_size"), p.get("split"), p.get("merge")) \

@@ -16,8 +16,6 @@ from ._layout import Layout
 
 def read_single(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None) -> Listing:
     rank = len(ds.chunks)
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
     size, mask = (layout.params["size"], layout.params["mask"]) if layout.flags & 0x02 else (ds.chunk_bytes, 0)
     return Listing(np.zeros((1, rank), np.int64), np.asarray([layout.address + reader.facts.base], np.uint64),
                    np.asarray([size], np.uint64), np.asarray([mask], np.uint32))
@@ -25,8 +23,6 @@ def read_single(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None)
 
 def read_implicit(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None) -> Listing:
     rank = len(ds.chunks)
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
     if any(m is None for m in ds.maxshape):
         raise reader.fail("an implicit index of an unlimited dataset")
     current, most = ds.grid(ds.shape), ds.grid(ds.maxshape)

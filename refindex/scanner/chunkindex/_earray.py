@@ -38,8 +38,6 @@ class Blocks:
 
 def read_earray(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None) -> Listing:
     facts, rank = reader.facts, len(ds.chunks)
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
     hdr = _header(reader, ds, layout)
     if not hdr["max_idx"] or not reader.defined(np.asarray([hdr["iblock"]]))[0]:
         return Listing.empty(rank)
@@ -73,11 +71,8 @@ def read_earray(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None)
 def _header(reader: Reader, ds: DatasetFacts, layout: Layout) -> dict[str, int]:
     facts = reader.facts
     sa, ss = facts.sizeof_addr, facts.sizeof_size
-    size = 12 + 6 * ss + sa + 4
-    h = reader.one(layout.address, size, "extensible array header")
-    if not signature_ok(h, b"EAHD")[0] or h[0, 4] != 0 or h[0, 5] != int(ds.filtered) \
-            or not checksums_ok(h, np.asarray([size - 4]))[0]:
-        raise reader.fail("an extensible array header that is not this dataset's (signature, client or checksum)")
+    h = reader.header(layout.address, 12 + 6 * ss + sa + 4, "extensible array header", b"EAHD", int(ds.filtered),
+                      "an extensible array header that is not this dataset's (signature, client or checksum)")
     hdr = {"esize": int(h[0, 6]), "max_bits": int(h[0, 7]), "index_elements": int(h[0, 8]),
            "min_elements": int(h[0, 9]), "min_pointers": int(h[0, 10]), "page_bits": int(h[0, 11]),
            "max_idx": int(uint(h, 12 + 4 * ss, ss)[0]), "iblock": int(uint(h, 12 + 6 * ss, sa)[0])}

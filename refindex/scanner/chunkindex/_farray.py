@@ -44,14 +44,9 @@ def decode_elements(reader: Reader, ds: DatasetFacts, rows: np.ndarray, numbers:
 def read_farray(reader: Reader, ds: DatasetFacts, layout: Layout, progress=None) -> Listing:
     facts, rank = reader.facts, len(ds.chunks)
     sa, ss = facts.sizeof_addr, facts.sizeof_size
-    if not reader.defined(np.asarray([layout.address]))[0]:
-        return Listing.empty(rank)
-    hsize = 12 + ss + sa
-    head = reader.one(layout.address, hsize, "fixed array header")
+    head = reader.header(layout.address, 12 + ss + sa, "fixed array header", b"FAHD", int(ds.filtered),
+                         "a fixed array header that is not this dataset's (signature, client or checksum)")
     esize = element_size(reader, ds)
-    if not signature_ok(head, b"FAHD")[0] or head[0, 4] != 0 or head[0, 5] != int(ds.filtered) \
-            or not checksums_ok(head, np.asarray([hsize - 4]))[0]:
-        raise reader.fail("a fixed array header that is not this dataset's (signature, client or checksum)")
     if head[0, 6] != esize or head[0, 7] != layout.params.get("page_bits"):
         raise reader.fail("a fixed array header whose element size or page bits differ from the layout's")
     nelmts = int(uint(head, 8, ss)[0])
