@@ -89,12 +89,13 @@ def main() -> None:
     if args.file:
         print(run(args.file, args.repeat))
         return
-    from refindex.demo import write_nwb_example
+    from pathlib import Path
+
+    from refindex.demo import write_session  # the demo's NWB session (needs pynwb)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "session.nwb")
-        if not write_nwb_example(path):
-            raise SystemExit("pynwb is not installed: pass an HDF5 file")
+        write_session(Path(path))
         print(run(path, args.repeat))
 
 

@@ -203,10 +203,10 @@ def s3_messages(s3: dict, folder: Path) -> dict[str, str]:
     pair.write_bytes(pair_bytes(folder, False))
     fs.put(str(pair), "raw/sub/pair.h5")
     refs = refindex.scan("s3://raw/sub/pair.h5", storage_options=s3)
-    from refindex.demo import write_nwb_example
+    from refindex.demo import write_session
 
     nwb = folder / "session.nwb"
-    write_nwb_example(str(nwb))
+    write_session(nwb)
     fs.put(str(nwb), "raw/session.nwb")
     nwb_refs = refindex.scan("s3://raw/session.nwb", storage_options=s3)
     out = {}

@@ -800,7 +800,7 @@ def _holds_let_go() -> bool:
     for every hold a completed fetch let go."""
     import gc
 
-    from refindex import gcpause
+    from refindex.isolation import gcpause
 
     for timer in threading.enumerate():
         if isinstance(timer, threading.Timer) and getattr(timer.function, "__module__", "") == gcpause.__name__:
