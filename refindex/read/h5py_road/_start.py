@@ -59,8 +59,8 @@ def h5py_file(target: Any, *, storage_options: dict[str, Any] | None = None,
     """
     # what an open allocates lives as long as the file (refindex.isolation.gcpause)
     asked = SourceAsk(remote_options, allowed_urls, trust) if check_source else None
-    cache = IndexCache.of(cache)  # resolved once: every step below is handed the same folder
-    with held_for_open(), requested_early(target, storage_options, cache, asked) as fetched:
+    with held_for_open(), requested_early(target, storage_options, cache := IndexCache.of(cache), asked) as fetched:
+        # (the index cache resolved once, inside the hold: every step below is handed the same folder)
         from ._open import Road, open_road, prepared
 
         if fetched is None and uncached_remote_hdf5(target, cache):
