@@ -188,11 +188,11 @@ class RangeFetcher:
         cut = (WAITED_PART if waited else PART_BYTES, MAX_PARTS)
         return self._submit(self._fs_for(ranges, cut), ranges, None, cut)
 
-    def start_each(self, ranges: Ranges) -> "list[Future[bytes]]":
+    def start_each(self, ranges: Ranges, parts: int = MAX_PARTS) -> "list[Future[bytes]]":
         """Start fetching ``ranges`` as one round trip, with a future for each that is done when
         its own request is (the bytes, a ``memoryview`` where it shares a request).  Ranges within
-        :data:`MERGE_GAP` share a request of up to :data:`PART_BYTES` or a :data:`MAX_PARTS`-th of
-        the batch: as many requests as ``start`` would make of the ranges merged.  Up to
+        :data:`MERGE_GAP` share a request of up to :data:`PART_BYTES` or a ``parts``-th of the
+        batch: as many requests as ``start`` would make of the ranges merged.  Up to
         :data:`SIDE_BY_SIDE` of them go through the threads (over HTTP, refindex's own requests:
         no import of aiohttp, ~0.3 s, for a few dozen small ranges), more through ``_fs_for``'s."""
         if not ranges:
@@ -202,11 +202,11 @@ class RangeFetcher:
             return [_item_of(held, i) for i in range(len(ranges))]
         total = sum(b - a for a, b in ranges)
         spans, where = merge_ranges([a for a, _ in ranges], [b - a for a, b in ranges], max_gap=MERGE_GAP,
-                                    max_span=max(PART_BYTES, -(-total // MAX_PARTS)))
+                                    max_span=max(PART_BYTES, -(-total // parts)))
         if self.local:
             fetched = [self.start([span]) for span in spans]
         else:
-            cut = (PART_BYTES, max(1, -(-MAX_PARTS // len(spans))))  # a few large spans: in parts, as start's
+            cut = (PART_BYTES, max(1, -(-parts // len(spans))))  # a few large spans: in parts, as start's
             fs = self.fs if len(spans) <= SIDE_BY_SIDE and hasattr(self.fs, "for_many") else self._fs_for(spans, cut)
             trip = _Trip(len(spans))
             fetched = [self._submit(fs, [span], trip, cut) for span in spans]

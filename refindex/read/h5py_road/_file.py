@@ -38,7 +38,7 @@ from ...errors import SourceError
 from ...gcpause import held_collections, held_while_fetching
 from ...model import Pages
 from ...options import CacheOptions
-from ...source import BlockCache, RangeFetcher, ReadStats, merge_ranges
+from ...source import MAX_PARTS, BlockCache, RangeFetcher, ReadStats, merge_ranges
 from ._chunks import ChunkMap, ChunkRun
 from ._selection import selection_in_progress, wanted_chunks
 from ._served import PageMap
@@ -53,9 +53,10 @@ MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 # was (issue 44: a window of 12.8 MB fetched 38 MB while the window doubled to 32 MiB)
 AHEAD_SHARE = 0.45
 # a selection known (h5py's call in progress): this many bytes of its chunks are held fetched ahead, topped
-# up when half of them have been read; the first PLAN_FIRST in requests of their own, to arrive first
+# up when half of them have been read, in up to PLAN_PARTS requests side by side (a part of 2 MiB at most
+# arrives ~70 ms after it was asked for on the latency store: the first chunks are not long waited for)
 PLAN_AHEAD = 64 << 20
-PLAN_FIRST = 8 << 20
+PLAN_PARTS = 32
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
@@ -145,7 +146,7 @@ class ReadAhead:
         if found is None:
             return None
         run, k = found
-        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)
+        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)  # in parts
         if not self.plan(run.path, k):
             lane = self.lanes.setdefault(run.path, _Lane())
             self._step(lane, k)
@@ -155,8 +156,8 @@ class ReadAhead:
         return own.result()[0][: end - start]
 
     def plan(self, path: str, k: int | None = None, nodes: "_Nodes | None" = None) -> bool:
-        """Fetch ahead the chunks of ``path`` that the h5py read in progress needs (beside chunk ``k``,
-        being fetched now); False when they are not known, or ``k`` is not among them.  ``nodes``: the
+        """Fetch ahead the chunks of ``path`` that the h5py read in progress needs (after chunk ``k``, being
+        fetched now); False when they are not known, or ``k`` is not among them.  ``nodes``: the
         array's chunk index nodes to fetch, in the same round trip as the first chunks."""
         run = self.chunks.run(path)
         found = selection_in_progress() if run is not None and run.grid is not None else None
@@ -174,10 +175,7 @@ class ReadAhead:
             self.plans[path] = p
         if k is not None:  # the chunk asked for is being fetched: the plan goes on after it
             p.at = max(p.at, int(np.searchsorted(p.ks, k)) + 1)
-        first = p.ahead == 0
-        self._schedule_plan(run, p, (PLAN_FIRST if first else PLAN_AHEAD) - p.ahead, nodes)
-        if first:
-            self._schedule_plan(run, p, PLAN_AHEAD - p.ahead, nodes)
+        self._schedule_plan(run, p, PLAN_AHEAD - p.ahead, nodes)
         return True
 
     def _schedule_plan(self, run: ChunkRun, p: _Plan, budget: int, nodes: "_Nodes | None" = None) -> None:
@@ -265,7 +263,8 @@ class ReadAhead:
         extra = nodes.spans if nodes is not None and not nodes.fetched else []
         if not picks and not extra:
             return
-        futures = held_while_fetching(self.fetcher.start_each, extra + list(zip(offsets, ends)))  # refindex.gcpause
+        futures = held_while_fetching(self.fetcher.start_each, extra + list(zip(offsets, ends)),
+                                      PLAN_PARTS if run.path in self.plans else MAX_PARTS)  # refindex.gcpause
         if extra:
             nodes.fetched = [(a, b, fut) for (a, b), fut in zip(extra, futures)]
             futures = futures[len(extra):]
