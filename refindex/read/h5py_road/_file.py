@@ -57,6 +57,7 @@ AHEAD_SHARE = 0.45
 # arrives ~70 ms after it was asked for on the latency store: the first chunks are not long waited for)
 PLAN_AHEAD = 64 << 20
 PLAN_PARTS = 32
+NODE_MARGIN = 1 << 20  # nodes of a left-out chunk index this near a selection's first chunks come with them
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
@@ -116,11 +117,23 @@ class _Plan:
 
 @dataclass
 class _Nodes:
-    """The nodes of a left-out chunk index to fetch (``spans``), and once fetched beside a selection's
-    first chunks (those among them share their requests), each one's (start, end, future of its bytes)."""
+    """The nodes of a left-out chunk index not fetched yet (``spans``, sorted) and the one libhdf5 asks for
+    (``asked``); once fetched beside a selection's first chunks, those near their bytes (most share their
+    requests: libhdf5 writes a leaf beside the chunks it indexes) and the one asked for, each as (start,
+    end, future of its bytes).  The others wait until libhdf5 asks for one (the tree's inner nodes)."""
 
     spans: list[tuple[int, int]]
+    asked: int
     fetched: list[tuple[int, int, Future]] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)
+
+    def near(self, lo: int, hi: int) -> list[int]:
+        """The places of the spans within NODE_MARGIN of ``[lo, hi)``, and the one asked for."""
+        out = [j for j, (a, b) in enumerate(self.spans) if lo - NODE_MARGIN <= a and b <= hi + NODE_MARGIN]
+        return out if self.asked in out else sorted(out + [self.asked])
+
+    def left(self) -> list[tuple[int, int]]:
+        return [span for j, span in enumerate(self.spans) if j not in self.taken]
 
 
 class ReadAhead:
@@ -154,6 +167,12 @@ class ReadAhead:
             lane.frontier = k + lane.stride
             self._schedule(run, lane, lane.ahead())
         return own.result()[0][: end - start]
+
+    def planned(self, path: str) -> bool:
+        """Has the h5py read in progress had its chunks of ``path`` planned already?"""
+        p = self.plans.get(path)
+        found = selection_in_progress() if p is not None else None
+        return found is not None and found[0] == p.key
 
     def plan(self, path: str, k: int | None = None, nodes: "_Nodes | None" = None) -> bool:
         """Fetch ahead the chunks of ``path`` that the h5py read in progress needs (after chunk ``k``, being
@@ -257,16 +276,18 @@ class ReadAhead:
 
     def _start(self, run: ChunkRun, picks: list[int], nodes: "_Nodes | None" = None) -> None:
         """Fetch chunks ``picks`` of ``run`` as one round trip, each buffered as its request arrives;
-        with them the ``nodes`` not fetched yet (``nodes.fetched`` then holds them)."""
+        with them the ``nodes`` near their bytes (``nodes.fetched`` then holds them)."""
         offsets = [int(run.offsets[i]) for i in picks]
         ends = [o + int(run.sizes[i]) for i, o in zip(picks, offsets)]
-        extra = nodes.spans if nodes is not None and not nodes.fetched else []
+        near = nodes.near(min(offsets, default=0), max(ends, default=0)) if nodes is not None and not nodes.taken else []
+        extra = [nodes.spans[j] for j in near] if nodes is not None else []
         if not picks and not extra:
             return
         futures = held_while_fetching(self.fetcher.start_each, extra + list(zip(offsets, ends)),
                                       PLAN_PARTS if run.path in self.plans else MAX_PARTS)  # refindex.gcpause
         if extra:
             nodes.fetched = [(a, b, fut) for (a, b), fut in zip(extra, futures)]
+            nodes.taken = set(near)
             futures = futures[len(extra):]
         for i, o, e, fut in zip(picks, offsets, ends, futures):
             self.buffers[o] = (e, fut, run.path, i)
@@ -290,6 +311,7 @@ class IndexedFile(io.RawIOBase):
         self._index_ranges = dict(pages.index_ranges) if pages is not None else {}
         self._fetched_index = PageMap(None)
         self._fetched: list[tuple[int, int, Any]] = []  # index nodes fetched: (start, end, bytes or their future)
+        self._asked_again: dict[str, int] = {}  # path -> nodes asked for, one at a time, since its plan
         self._cache: BlockCache | None = None
         self._cache_options = cache or CacheOptions(first_read=0, tail_read=0, whole_file_max=0,
                                                     prefetch_metadata=False)
@@ -376,19 +398,37 @@ class IndexedFile(io.RawIOBase):
             i = int(np.searchsorted(starts, start, side="right")) - 1
             if i < 0 or end > int(ends[i]):
                 continue
+            spans, _ = merge_ranges(starts.tolist(), (ends - starts).tolist(), max_gap=64 << 10)
+            j = next(j for j, (a, b) in enumerate(spans) if a <= start and end <= b)
+            again = self._asked_again.get(path, 0) if self.ahead.planned(path) else -1
+            nodes = _Nodes(spans, j)
+            if again < 0 and self.ahead.plan(path, nodes=nodes) and nodes.fetched:
+                self._fetched += nodes.fetched
+                self._asked_again[path] = 0
+                self._keep_left(path, nodes.left())
+                return self._from_left_out_index(start, end)
+            if again == 0:  # a node the plan's did not hold (an inner node of the tree): it alone, this once
+                self._asked_again[path] = 1
+                self._fetched.append((*spans[j], self.fetcher.fetch([spans[j]])[0]))
+                self._keep_left(path, spans[:j] + spans[j + 1:])
+                return self._from_left_out_index(start, end)
             del self._index_ranges[path]
             keep = self._nearest(starts, ends, i)
             spans, _ = merge_ranges(starts[keep].tolist(), (ends[keep] - starts[keep]).tolist(), max_gap=64 << 10)
-            nodes = _Nodes(spans)
-            if self.ahead.plan(path, nodes=nodes) and nodes.fetched:
-                self._fetched += nodes.fetched
-                return self._from_left_out_index(start, end)
             fetched = held_while_fetching(self.fetcher.start_each, spans)
             self.ahead.plan(path)  # the chunks libhdf5 will read next travel beside the nodes it reads first
             for (a, b), fut in zip(spans, fetched):
                 self._fetched.append((a, b, fut.result()))
             return self._from_left_out_index(start, end)
         return None
+
+    def _keep_left(self, path: str, spans: list[tuple[int, int]]) -> None:
+        """The nodes of ``path`` not fetched yet: fetched when libhdf5 asks for one of them."""
+        if spans:
+            self._index_ranges[path] = (np.asarray([a for a, _ in spans], np.int64),
+                                        np.asarray([b for _, b in spans], np.int64))
+        else:
+            del self._index_ranges[path]
 
     @staticmethod
     def _nearest(starts: np.ndarray, ends: np.ndarray, i: int) -> np.ndarray:
