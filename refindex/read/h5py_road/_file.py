@@ -119,8 +119,9 @@ class _Plan:
 class _Nodes:
     """The nodes of a left-out chunk index not fetched yet (``spans``, sorted) and the one libhdf5 asks for
     (``asked``); once fetched beside a selection's first chunks, those near their bytes (most share their
-    requests: libhdf5 writes a leaf beside the chunks it indexes) and the one asked for, each as (start,
-    end, future of its bytes).  The others wait until libhdf5 asks for one (the tree's inner nodes)."""
+    requests: libhdf5 writes a leaf beside the chunks it indexes), the one asked for, and those written
+    together with another (a B-tree's root splits in two: its inner nodes lie side by side, far from
+    the chunks), each as (start, end, future of its bytes).  The others wait until libhdf5 asks."""
 
     spans: list[tuple[int, int]]
     asked: int
@@ -128,9 +129,13 @@ class _Nodes:
     taken: set[int] = field(default_factory=set)
 
     def near(self, lo: int, hi: int) -> list[int]:
-        """The places of the spans within NODE_MARGIN of ``[lo, hi)``, and the one asked for."""
-        out = [j for j, (a, b) in enumerate(self.spans) if lo - NODE_MARGIN <= a and b <= hi + NODE_MARGIN]
-        return out if self.asked in out else sorted(out + [self.asked])
+        """The places of the spans within NODE_MARGIN of ``[lo, hi)``, of those longer than most (nodes
+        side by side), and of the one asked for."""
+        lengths = np.asarray([b - a for a, b in self.spans])
+        long = 1.5 * float(np.median(lengths))
+        out = [j for j, (a, b) in enumerate(self.spans)
+               if lo - NODE_MARGIN <= a and b <= hi + NODE_MARGIN or b - a > long or j == self.asked]
+        return out
 
     def left(self) -> list[tuple[int, int]]:
         return [span for j, span in enumerate(self.spans) if j not in self.taken]
