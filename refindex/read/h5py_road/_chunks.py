@@ -32,6 +32,7 @@ class Grid:
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     places: np.ndarray  # ascending, one per stored chunk (a chunk never written has none)
+    encoded: bool = False  # compressed or filtered: libhdf5 decodes each chunk (slower than a copy)
 
     def runs_of(self, places: np.ndarray) -> np.ndarray:
         """The places in the run (sorted) of the stored chunks among grid ``places`` (sorted)."""
@@ -120,7 +121,7 @@ def json_loader(refs: dict[str, Any], own_url: str) -> TableLoader:
                 offsets.append(v[1])
                 sizes.append(v[2])
                 places.append(place)
-        grid = Grid(tuple(doc["shape"]), tuple(chunks), np.asarray(places, np.int64))
+        grid = Grid(tuple(doc["shape"]), tuple(chunks), np.asarray(places, np.int64), encoded(doc))
         return np.asarray(offsets, np.int64), np.asarray(sizes, np.int64), grid
 
     return load
@@ -160,6 +161,13 @@ def _parquet_grid(fs: Any, root: str, key: str, places: list[int]) -> Grid | Non
         with fs.open(root + "/.zmetadata", "rb") as fh:
             doc = json.loads(fh.read())["metadata"][(key + "/" if key else "") + ".zarray"]
         doc = json.loads(doc) if isinstance(doc, str) else doc
-        return Grid(tuple(doc["shape"]), tuple(doc["chunks"]), np.asarray(places, np.int64))
+        return Grid(tuple(doc["shape"]), tuple(doc["chunks"]), np.asarray(places, np.int64), encoded(doc))
     except Exception:  # noqa: BLE001 - no grid only means no selection-driven read-ahead
         return None
+
+
+def encoded(doc: dict[str, Any]) -> bool:
+    """Are an array's chunks compressed or filtered (zarr v2 ``.zarray`` or v3 ``zarr.json``)?"""
+    if "codecs" in doc:
+        return any(c.get("name") not in ("bytes", "transpose") for c in doc["codecs"] if isinstance(c, dict))
+    return bool(doc.get("compressor") or doc.get("filters"))

@@ -54,7 +54,10 @@ MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 AHEAD_SHARE = 0.45
 # a selection known (h5py's call in progress): this many bytes of its chunks are held fetched ahead, topped
 # up when half of them have been read, in up to PLAN_PARTS requests side by side (a part of 2 MiB at most
-# arrives ~70 ms after it was asked for on the latency store: the first chunks are not long waited for)
+# arrives ~70 ms after it was asked for on the latency store: the first chunks are not long waited for).
+# Chunks libhdf5 decodes (~150 MB/s for gzip, in the reading thread) are fetched in step with the decoding
+# instead: FIRST_AHEAD first, then twice what was read (P3's 16.5 MB series read slower when all of it
+# travelled at once, its transfer's threads taking the CPU the decoding needed)
 PLAN_AHEAD = 64 << 20
 PLAN_PARTS = 32
 NODE_MARGIN = 1 << 20  # nodes of a left-out chunk index this near a selection's first chunks come with them
@@ -107,8 +110,14 @@ class _Plan:
 
     key: Any  # the h5py call it was made for
     ks: np.ndarray  # their places in the array's run, ascending
+    paced: bool = False  # chunks libhdf5 decodes: fetched in step with the reads
     at: int = 0  # the first of ``ks`` not scheduled yet
     ahead: int = 0  # bytes scheduled and not read yet
+    read: int = 0  # bytes of them read
+
+    def window(self) -> int:
+        """Bytes to hold fetched ahead (see PLAN_AHEAD)."""
+        return min(PLAN_AHEAD, max(FIRST_AHEAD, 2 * self.read)) if self.paced else PLAN_AHEAD
 
     def holds(self, k: int) -> bool:
         i = int(np.searchsorted(self.ks, k))
@@ -192,14 +201,14 @@ class ReadAhead:
         p = self.plans.get(path)
         if p is None or p.key != key or (k is not None and not p.holds(k)):
             places = wanted_chunks(args, run.grid.shape, run.grid.chunks)
-            p = _Plan(key, run.grid.runs_of(places)) if places is not None else None
+            p = _Plan(key, run.grid.runs_of(places), run.grid.encoded) if places is not None else None
             if p is None or (k is not None and not p.holds(k)):
                 self.plans.pop(path, None)
                 return False
             self.plans[path] = p
         if k is not None:  # the chunk asked for is being fetched: the plan goes on after it
             p.at = max(p.at, int(np.searchsorted(p.ks, k)) + 1)
-        self._schedule_plan(run, p, PLAN_AHEAD - p.ahead, nodes)
+        self._schedule_plan(run, p, p.window() - p.ahead, nodes)
         return True
 
     def _schedule_plan(self, run: ChunkRun, p: _Plan, budget: int, nodes: "_Nodes | None" = None) -> None:
@@ -252,8 +261,9 @@ class ReadAhead:
         if p is not None and run is not None and p.holds(k):
             if whole:
                 p.ahead = max(0, p.ahead - int(run.sizes[k]))
-            if p.ahead < PLAN_AHEAD // 2 and p.at < len(p.ks):
-                self._schedule_plan(run, p, PLAN_AHEAD - p.ahead)
+                p.read += int(run.sizes[k])
+            if p.ahead < p.window() // 2 and p.at < len(p.ks):
+                self._schedule_plan(run, p, p.window() - p.ahead)
             return
         lane = self.lanes.get(path)
         if lane is None or run is None:
