@@ -209,7 +209,11 @@ class RangeFetcher:
             cut = (PART_BYTES, max(1, -(-parts // len(spans))))  # a few large spans: in parts, as start's
             fs = self.fs if len(spans) <= SIDE_BY_SIDE and hasattr(self.fs, "for_many") else self._fs_for(spans, cut)
             trip = _Trip(len(spans))
-            fetched = [self._submit(fs, [span], trip, cut) for span in spans]
+            # small spans leave first (a chunk index's nodes beside a batch of chunks: libhdf5 reads them
+            # first, and their answers should not queue behind the chunks'), then the rest in file order
+            order = sorted(range(len(spans)), key=lambda i: (spans[i][1] - spans[i][0] > MERGE_GAP, i))
+            submitted = {i: self._submit(fs, [spans[i]], trip, cut) for i in order}
+            fetched = [submitted[i] for i in range(len(spans))]
         return [_slice_of(fetched[i], at, b - a) for (a, b), (i, at) in zip(ranges, where)]
 
     def _fs_for(self, ranges: Ranges, cut: tuple[int, int]) -> Any:
