@@ -45,7 +45,7 @@ def main() -> None:
     import refindex
     from refindex.read.h5py_road import _file
     from refindex.source import _fetch
-    from refindex.writers import pages_of_document
+    from refindex.formats import pages_of_document
 
     name = sys.argv[1] if len(sys.argv) > 1 else "small"
     path = window_file()

@@ -52,7 +52,7 @@ def _settled(f: h5py.File) -> None:
 
 def _is_node(sent: tuple, refs: dict) -> bool:
     """Is an answer a node of the chunk index (the pages say where they lie), not chunks?"""
-    starts, ends = refindex.writers.pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
+    starts, ends = refindex.formats.pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
     a, b = (int(x) for x in sent[1][6:].split("-"))
     i = int(np.searchsorted(starts, a, side="right")) - 1
     return i >= 0 and b < int(ends[i])
@@ -82,7 +82,7 @@ def test_a_window_comes_in_one_round_trip_with_its_chunks_and_no_other(long_file
         np.testing.assert_array_equal(got, want["x"][400 * ROWS:1200 * ROWS])
         assert f.refindex_file.stats.fetch.round_trips == 1
         assert _chunks_in(sent, starts) == set(range(400, 1200))
-        nodes = refindex.writers.pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
+        nodes = refindex.formats.pages_of_document(refs["refindex"]["pages"], inline=None).index_ranges["/x"]
         assert sum(n for _, _, n in sent) <= got.nbytes + int((nodes[1] - nodes[0]).sum()) + 64 * (len(nodes[0]) + 1)
 
 
