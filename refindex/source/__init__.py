@@ -19,7 +19,7 @@ _WHERE = {
     "WHOLE_FILE_FALLBACK": "_failures", "ranged": "_failures", "reason_of": "_failures", "source_error": "_failures",
     "whole_file": "_failures",
     "fingerprint_digest": "_fingerprint:digest", "fingerprint_spans": "_fingerprint:recorded_spans",
-    "RangeFetcher": "_fetch", "split_ranges": "_fetch",
+    "RangeFetcher": "_fetch", "split_ranges": "_fetch", "MAX_PARTS": "_fetch",
     "HTTPStatusError": "_http", "QuickHTTP": "_http", "honours": "_http",
     "HDF5_SIGNATURE": "_open", "Source": "_open", "describe": "_open", "file_info": "_open",
     "has_hdf5_signature": "_open", "open_source": "_open", "info_with_ranges": "_open", "one_round_trip": "_open",

@@ -5,7 +5,8 @@ An index carries the HDF5 metadata its scan read (its *pages*, see
 :mod:`refindex.scanner`), so libhdf5 opens a remote file from the index alone: one request
 for the index, one freshness check, then local speed.  Other bytes (data) come by range
 requests through :mod:`refindex.source`, the chunks libhdf5 will ask for next fetched
-ahead, concurrently (``_file``), found from the index's chunk tables (``_chunks``).
+ahead, concurrently (``_file``), found from the index's chunk tables (``_chunks``): exactly
+those of the h5py read in progress where its selection is seen (``_selection``).
 """
 
 from ...lazy import attribute_loader

@@ -20,8 +20,26 @@ import numpy as np
 from ... import urls
 from ...model import V2_KEYS, V3_KEYS, key_of
 
-# path -> (offsets, sizes) of the array's chunks in the scanned file, in C order of its grid (None: unknown)
-TableLoader = Callable[[str], "tuple[np.ndarray, np.ndarray] | None"]
+# path -> (offsets, sizes) of the array's chunks in the scanned file, in C order of its grid (None: unknown),
+# and, where the index tells it, a Grid: which chunks a selection needs (see ._selection)
+TableLoader = Callable[[str], "tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, Grid] | None"]
+
+
+@dataclass
+class Grid:
+    """An array's shape, its chunks' shape, and each stored chunk's place in the grid (C order)."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    places: np.ndarray  # ascending, one per stored chunk (a chunk never written has none)
+    encoded: bool = False  # compressed or filtered: libhdf5 decodes each chunk (slower than a copy)
+
+    def runs_of(self, places: np.ndarray) -> np.ndarray:
+        """The places in the run (sorted) of the stored chunks among grid ``places`` (sorted)."""
+        at = np.searchsorted(self.places, places)
+        inside = at < len(self.places)
+        at = at[inside]
+        return at[self.places[at] == places[inside]]
 
 
 @dataclass
@@ -32,10 +50,13 @@ class ChunkRun:
     offsets: np.ndarray
     sizes: np.ndarray
     ordinal: dict[int, int] = field(default_factory=dict)  # chunk offset -> its place in the run
+    grid: Grid | None = None
 
     @classmethod
-    def of(cls, path: str, offsets: np.ndarray, sizes: np.ndarray) -> "ChunkRun":
-        return cls(path, offsets, sizes, {o: i for i, o in enumerate(offsets.tolist())})
+    def of(cls, path: str, offsets: np.ndarray, sizes: np.ndarray, grid: Grid | None = None) -> "ChunkRun":
+        if grid is not None and len(grid.places) != len(offsets):
+            grid = None
+        return cls(path, offsets, sizes, {o: i for i, o in enumerate(offsets.tolist())}, grid)
 
 
 class ChunkMap:
@@ -93,13 +114,15 @@ def json_loader(refs: dict[str, Any], own_url: str) -> TableLoader:
             return None
         chunks = doc["chunk_grid"]["configuration"]["chunk_shape"] if v3 else doc["chunks"]
         keys = (V3_KEYS if v3 else V2_KEYS).keys(grid_coords(doc["shape"], chunks))
-        offsets, sizes = [], []
-        for key in keys:
+        offsets, sizes, places = [], [], []
+        for place, key in enumerate(keys):
             v = body.get(prefix + key)
             if type(v) is list and len(v) == 3 and v[0] in names:
                 offsets.append(v[1])
                 sizes.append(v[2])
-        return np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
+                places.append(place)
+        grid = Grid(tuple(doc["shape"]), tuple(chunks), np.asarray(places, np.int64), encoded(doc))
+        return np.asarray(offsets, np.int64), np.asarray(sizes, np.int64), grid
 
     return load
 
@@ -113,7 +136,8 @@ def parquet_loader(folder: str, storage_options: dict[str, Any] | None, own_url:
         fs, root = urls.filesystem(folder, storage_options)
         base = root.rstrip("/") + "/" + key_of(path)
         files = sorted(fs.glob(base + "/refs.*.parq"), key=lambda p: int(p.rsplit(".", 2)[-2]))
-        offsets, sizes = [], []
+        offsets, sizes, places = [], [], []
+        place = 0
         for name in files:
             with fs.open(name, "rb") as fh:
                 table = pq.read_table(fh, columns=["path", "offset", "size"]).to_pydict()
@@ -121,6 +145,29 @@ def parquet_loader(folder: str, storage_options: dict[str, Any] | None, own_url:
                 if p is not None and p in (own_url, "{{u}}"):
                     offsets.append(o)
                     sizes.append(n)
-        return np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
+                    places.append(place)
+                place += 1
+        table = np.asarray(offsets, np.int64), np.asarray(sizes, np.int64)
+        grid = _parquet_grid(fs, root.rstrip("/"), key_of(path), places)
+        return table if grid is None else (*table, grid)
 
     return load
+
+
+def _parquet_grid(fs: Any, root: str, key: str, places: list[int]) -> Grid | None:
+    """The array's grid from the index's consolidated metadata (its records are in C order of the
+    grid, a record per place), or None when it cannot be read."""
+    try:
+        with fs.open(root + "/.zmetadata", "rb") as fh:
+            doc = json.loads(fh.read())["metadata"][(key + "/" if key else "") + ".zarray"]
+        doc = json.loads(doc) if isinstance(doc, str) else doc
+        return Grid(tuple(doc["shape"]), tuple(doc["chunks"]), np.asarray(places, np.int64), encoded(doc))
+    except Exception:  # noqa: BLE001 - no grid only means no selection-driven read-ahead
+        return None
+
+
+def encoded(doc: dict[str, Any]) -> bool:
+    """Are an array's chunks compressed or filtered (zarr v2 ``.zarray`` or v3 ``zarr.json``)?"""
+    if "codecs" in doc:
+        return any(c.get("name") not in ("bytes", "transpose") for c in doc["codecs"] if isinstance(c, dict))
+    return bool(doc.get("compressor") or doc.get("filters"))

@@ -7,11 +7,16 @@ read is served, in this order:
    small values) — no request;
 2. from chunks fetched ahead (:class:`ReadAhead`): when a read is a chunk the index knows,
    that chunk is fetched and, in the same round trip, the chunks libhdf5 will ask for
-   next (the following ones of that array, or every ``stride``-th when the reads skip),
-   a window that doubles while the reads keep in step, so decoding overlaps the transfer;
-   each chunk is served as soon as its own request has arrived, not the window's last;
+   next.  Those are known exactly when the read comes from h5py's ``Dataset.__getitem__``
+   or ``read_direct`` (:mod:`._selection` reads the selection off the thread's stack and
+   the index's grid says which stored chunks it touches): they are all fetched at once
+   (up to :data:`PLAN_AHEAD` bytes, topped up as they are read), nothing more.  Otherwise
+   they are guessed: the following ones of that array, or every ``stride``-th when the
+   reads skip, a window that doubles while the reads keep in step.  Either way decoding
+   overlaps the transfer: each chunk is served as soon as its own request has arrived;
 3. from the nodes of a chunk index too large to carry in the pages: all of its nodes are
-   fetched in one round trip the first time a read needs one of them;
+   fetched in one round trip the first time a read needs one of them, and with them, in
+   the same round trip, the chunks the selection in progress needs (known as in 2.);
 4. otherwise from the source: large reads as they are (in parts side by side), small ones
    through the block cache scans use (a block and the blocks after it).
 
@@ -31,9 +36,10 @@ import numpy as np
 from ...errors import SourceError
 from ...isolation.gcpause import held_collections, held_while_fetching
 from ...model import Pages
-from ...options import FetchOptions as CacheOptions
-from ...source import BlockCache, RangeFetcher, ReadOnlyFile, ReadStats, merge_ranges
+from ...options import FetchOptions
+from ...source import MAX_PARTS, BlockCache, RangeFetcher, ReadOnlyFile, ReadStats, merge_ranges
 from ._chunks import ChunkMap, ChunkRun
+from ._selection import selection_in_progress, wanted_chunks
 from ._served import PageMap
 
 # bytes fetched ahead beside an array's first chunk read: libhdf5 decodes gzip chunks at ~150 MB/s
@@ -45,6 +51,15 @@ MAX_AHEAD = 64 << 20  # the read-ahead window grows up to this many bytes
 # selection, which the file object cannot see), what was fetched and not read stays under half of what
 # was (issue 44: a window of 12.8 MB fetched 38 MB while the window doubled to 32 MiB)
 AHEAD_SHARE = 0.45
+# a selection known (h5py's call in progress): this many bytes of its chunks are held fetched ahead, topped
+# up when half of them have been read, in up to PLAN_PARTS requests side by side (a part of 2 MiB at most
+# arrives ~70 ms after it was asked for on the latency store: the first chunks are not long waited for).
+# Chunks libhdf5 decodes (~150 MB/s for gzip, in the reading thread) are fetched in step with the decoding
+# instead: FIRST_AHEAD first, then twice what was read (P3's 16.5 MB series read slower when all of it
+# travelled at once, its transfer's threads taking the CPU the decoding needed)
+PLAN_AHEAD = 64 << 20
+PLAN_PARTS = 32
+NODE_MARGIN = 1 << 20  # nodes of a left-out chunk index this near a selection's first chunks come with them
 DIRECT_ABOVE = 256 << 10  # reads this large bypass the block cache
 INDEX_FETCH_MAX = 16 << 20  # a left-out chunk index fetched whole up to this many bytes
 BUFFER_MAX = 256 << 20  # chunks held fetched-ahead at most (oldest dropped first)
@@ -88,6 +103,52 @@ class _Lane:
         return min(self.window, max(FIRST_AHEAD, int(self.read * AHEAD_SHARE)))
 
 
+@dataclass
+class _Plan:
+    """The chunks an h5py read in progress needs, in the order libhdf5 reads them (``._selection``)."""
+
+    key: Any  # the h5py call it was made for
+    ks: np.ndarray  # their places in the array's run, ascending
+    paced: bool = False  # chunks libhdf5 decodes: fetched in step with the reads
+    at: int = 0  # the first of ``ks`` not scheduled yet
+    ahead: int = 0  # bytes scheduled and not read yet
+    read: int = 0  # bytes of them read
+
+    def window(self) -> int:
+        """Bytes to hold fetched ahead (see PLAN_AHEAD)."""
+        return min(PLAN_AHEAD, max(FIRST_AHEAD, 2 * self.read)) if self.paced else PLAN_AHEAD
+
+    def holds(self, k: int) -> bool:
+        i = int(np.searchsorted(self.ks, k))
+        return i < len(self.ks) and int(self.ks[i]) == k
+
+
+@dataclass
+class _Nodes:
+    """The nodes of a left-out chunk index not fetched yet (``spans``, sorted) and the one libhdf5 asks for
+    (``asked``); once fetched beside a selection's first chunks, those near their bytes (most share their
+    requests: libhdf5 writes a leaf beside the chunks it indexes), the one asked for, and those written
+    together with another (a B-tree's root splits in two: its inner nodes lie side by side, far from
+    the chunks), each as (start, end, future of its bytes).  The others wait until libhdf5 asks."""
+
+    spans: list[tuple[int, int]]
+    asked: int
+    fetched: list[tuple[int, int, Future]] = field(default_factory=list)
+    taken: set[int] = field(default_factory=set)
+
+    def near(self, lo: int, hi: int) -> list[int]:
+        """The places of the spans within NODE_MARGIN of ``[lo, hi)``, of those longer than most (nodes
+        side by side), and of the one asked for."""
+        lengths = np.asarray([b - a for a, b in self.spans])
+        long = 1.5 * float(np.median(lengths))
+        out = [j for j, (a, b) in enumerate(self.spans)
+               if lo - NODE_MARGIN <= a and b <= hi + NODE_MARGIN or b - a > long or j == self.asked]
+        return out
+
+    def left(self) -> list[tuple[int, int]]:
+        return [span for j, span in enumerate(self.spans) if j not in self.taken]
+
+
 class ReadAhead:
     """Chunks fetched before libhdf5 asks for them (see the module docstring)."""
 
@@ -98,27 +159,70 @@ class ReadAhead:
         self.buffers: dict[int, tuple[int, Future, str, int]] = {}  # chunk start -> (end, its bytes, path, k)
         self.held = 0
         self.lanes: dict[str, _Lane] = {}
+        self.plans: dict[str, _Plan] = {}
 
     def read(self, start: int, end: int) -> bytes | memoryview | None:
         """The bytes ``start:end`` when they are (or can be) read ahead; None: not a known chunk."""
         hit = self._buffered(start, end)
         if hit is not None:
-            data, path, k = hit
-            self._advance(path, k)
+            data, path, k, whole = hit
+            self._advance(path, k, whole)
             return data
         found = self.chunks.find(start, end)
         if found is None:
             return None
         run, k = found
-        lane = self.lanes.setdefault(run.path, _Lane())
-        self._step(lane, k)
-        lane.read += int(run.sizes[k])
-        lane.frontier = k + lane.stride
-        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)
-        self._schedule(run, lane, lane.ahead())
+        own = self.fetcher.start([(start, int(run.offsets[k] + run.sizes[k]))], waited=True)  # in parts
+        if not self.plan(run.path, k):
+            lane = self.lanes.setdefault(run.path, _Lane())
+            self._step(lane, k)
+            lane.read += int(run.sizes[k])
+            lane.frontier = k + lane.stride
+            self._schedule(run, lane, lane.ahead())
         return own.result()[0][: end - start]
 
-    def _buffered(self, start: int, end: int) -> tuple[bytes | memoryview, str, int] | None:
+    def planned(self, path: str) -> bool:
+        """Has the h5py read in progress had its chunks of ``path`` planned already?"""
+        p = self.plans.get(path)
+        found = selection_in_progress() if p is not None else None
+        return found is not None and found[0] == p.key
+
+    def plan(self, path: str, k: int | None = None, nodes: "_Nodes | None" = None) -> bool:
+        """Fetch ahead the chunks of ``path`` that the h5py read in progress needs (after chunk ``k``, being
+        fetched now); False when they are not known, or ``k`` is not among them.  ``nodes``: the
+        array's chunk index nodes to fetch, in the same round trip as the first chunks."""
+        run = self.chunks.run(path)
+        found = selection_in_progress() if run is not None and run.grid is not None else None
+        if found is None:
+            self.plans.pop(path, None)
+            return False
+        key, args = found
+        p = self.plans.get(path)
+        if p is None or p.key != key or (k is not None and not p.holds(k)):
+            places = wanted_chunks(args, run.grid.shape, run.grid.chunks)
+            p = _Plan(key, run.grid.runs_of(places), run.grid.encoded) if places is not None else None
+            if p is None or (k is not None and not p.holds(k)):
+                self.plans.pop(path, None)
+                return False
+            self.plans[path] = p
+        if k is not None:  # the chunk asked for is being fetched: the plan goes on after it
+            p.at = max(p.at, int(np.searchsorted(p.ks, k)) + 1)
+        self._schedule_plan(run, p, p.window() - p.ahead, nodes)
+        return True
+
+    def _schedule_plan(self, run: ChunkRun, p: _Plan, budget: int, nodes: "_Nodes | None" = None) -> None:
+        picks: list[int] = []
+        total = 0
+        while p.at < len(p.ks) and total < budget and self.held + total < BUFFER_MAX:
+            k = int(p.ks[p.at])
+            p.at += 1
+            if int(run.offsets[k]) not in self.buffers:
+                picks.append(k)
+                total += int(run.sizes[k])
+        p.ahead += total
+        self._start(run, picks, nodes)
+
+    def _buffered(self, start: int, end: int) -> tuple[bytes | memoryview, str, int, bool] | None:
         i = bisect_right(self.starts, start) - 1
         if i < 0:
             return None
@@ -133,8 +237,8 @@ class ReadAhead:
             return None
         if start == b_start and end == b_end:  # libhdf5 read the chunk: it will not ask again
             self._drop(b_start)
-            return whole, path, k
-        return whole[start - b_start: end - b_start], path, k
+            return whole, path, k, True
+        return whole[start - b_start: end - b_start], path, k, False
 
     def _drop(self, start: int) -> None:
         end = self.buffers.pop(start)[0]
@@ -150,9 +254,17 @@ class ReadAhead:
                 lane.window = min(MAX_AHEAD, 2 * lane.window)
         lane.last = k
 
-    def _advance(self, path: str, k: int) -> None:
-        lane = self.lanes.get(path)
+    def _advance(self, path: str, k: int, whole: bool = True) -> None:
         run = self.chunks.runs.get(path)
+        p = self.plans.get(path)
+        if p is not None and run is not None and p.holds(k):
+            if whole:
+                p.ahead = max(0, p.ahead - int(run.sizes[k]))
+                p.read += int(run.sizes[k])
+            if p.ahead < p.window() // 2 and p.at < len(p.ks):
+                self._schedule_plan(run, p, p.window() - p.ahead)
+            return
+        lane = self.lanes.get(path)
         if lane is None or run is None:
             return
         self._step(lane, k)
@@ -174,11 +286,23 @@ class ReadAhead:
                 total += int(run.sizes[k])
             k += lane.stride
         lane.frontier = k
-        if not picks:
-            return
+        self._start(run, picks)
+
+    def _start(self, run: ChunkRun, picks: list[int], nodes: "_Nodes | None" = None) -> None:
+        """Fetch chunks ``picks`` of ``run`` as one round trip, each buffered as its request arrives;
+        with them the ``nodes`` near their bytes (``nodes.fetched`` then holds them)."""
         offsets = [int(run.offsets[i]) for i in picks]
         ends = [o + int(run.sizes[i]) for i, o in zip(picks, offsets)]
-        futures = held_while_fetching(self.fetcher.start_each, list(zip(offsets, ends)))  # refindex.gcpause
+        near = nodes.near(min(offsets, default=0), max(ends, default=0)) if nodes is not None and not nodes.taken else []
+        extra = [nodes.spans[j] for j in near] if nodes is not None else []
+        if not picks and not extra:
+            return
+        futures = held_while_fetching(self.fetcher.start_each, extra + list(zip(offsets, ends)),
+                                      PLAN_PARTS if run.path in self.plans else MAX_PARTS)  # refindex.gcpause
+        if extra:
+            nodes.fetched = [(a, b, fut) for (a, b), fut in zip(extra, futures)]
+            nodes.taken = set(near)
+            futures = futures[len(extra):]
         for i, o, e, fut in zip(picks, offsets, ends, futures):
             self.buffers[o] = (e, fut, run.path, i)
             insort(self.starts, o)
@@ -189,7 +313,7 @@ class IndexedFile(ReadOnlyFile):
     """A read-only file for h5py's file-object driver: pages first, then the source (module docstring)."""
 
     def __init__(self, name: str, size: int, pages: Pages | None, fetcher: RangeFetcher,
-                 chunks: ChunkMap | None = None, cache: CacheOptions | None = None):
+                 chunks: ChunkMap | None = None, cache: FetchOptions | None = None):
         super().__init__()
         self.name = name
         self.size = int(size)
@@ -200,9 +324,10 @@ class IndexedFile(ReadOnlyFile):
         self.ahead = ReadAhead(fetcher, chunks or ChunkMap({}, None))
         self._index_ranges = dict(pages.index_ranges) if pages is not None else {}
         self._fetched_index = PageMap(None)
-        self._fetched: list[tuple[int, int, bytes]] = []
+        self._fetched: list[tuple[int, int, Any]] = []  # index nodes fetched: (start, end, bytes or their future)
+        self._asked_again: dict[str, int] = {}  # path -> nodes asked for, one at a time, since its plan
         self._cache: BlockCache | None = None
-        self._cache_options = cache or CacheOptions(first_read=0, tail_read=0, whole_file_max=0,
+        self._cache_options = cache or FetchOptions(first_read=0, tail_read=0, whole_file_max=0,
                                                     prefetch_metadata=False)
         self._lock = threading.Lock()
         # libhdf5 asks for the end of the file (seek to the end) only while it opens a file; once
@@ -267,21 +392,47 @@ class IndexedFile(ReadOnlyFile):
         return self._cache.read_range(start, end)
 
     def _from_left_out_index(self, start: int, end: int) -> bytes | None:
-        """A node of a chunk index the pages left out: that whole index fetched once, then served."""
+        """A node of a chunk index the pages left out: fetched with the chunks the selection in progress
+        needs and the nodes near them (libhdf5's walk to those chunks), else the whole index at once."""
         for lo, hi, data in self._fetched:
             if lo <= start and end <= hi:
+                data = data.result() if isinstance(data, Future) else data
                 return data[start - lo: end - lo]
         for path, (starts, ends) in list(self._index_ranges.items()):
             i = int(np.searchsorted(starts, start, side="right")) - 1
             if i < 0 or end > int(ends[i]):
                 continue
+            spans, _ = merge_ranges(starts.tolist(), (ends - starts).tolist(), max_gap=64 << 10)
+            j = next(j for j, (a, b) in enumerate(spans) if a <= start and end <= b)
+            again = self._asked_again.get(path, 0) if self.ahead.planned(path) else -1
+            nodes = _Nodes(spans, j)
+            if again < 0 and self.ahead.plan(path, nodes=nodes) and nodes.fetched:
+                self._fetched += nodes.fetched
+                self._asked_again[path] = 0
+                self._keep_left(path, nodes.left())
+                return self._from_left_out_index(start, end)
+            if again == 0:  # a node the plan's did not hold (an inner node of the tree): it alone, this once
+                self._asked_again[path] = 1
+                self._fetched.append((*spans[j], self.fetcher.fetch([spans[j]])[0]))
+                self._keep_left(path, spans[:j] + spans[j + 1:])
+                return self._from_left_out_index(start, end)
             del self._index_ranges[path]
             keep = self._nearest(starts, ends, i)
             spans, _ = merge_ranges(starts[keep].tolist(), (ends[keep] - starts[keep]).tolist(), max_gap=64 << 10)
-            for (a, b), data in zip(spans, self.fetcher.fetch(spans)):
-                self._fetched.append((a, b, data))
+            fetched = held_while_fetching(self.fetcher.start_each, spans)
+            self.ahead.plan(path)  # the chunks libhdf5 will read next travel beside the nodes it reads first
+            for (a, b), fut in zip(spans, fetched):
+                self._fetched.append((a, b, fut.result()))
             return self._from_left_out_index(start, end)
         return None
+
+    def _keep_left(self, path: str, spans: list[tuple[int, int]]) -> None:
+        """The nodes of ``path`` not fetched yet: fetched when libhdf5 asks for one of them."""
+        if spans:
+            self._index_ranges[path] = (np.asarray([a for a, _ in spans], np.int64),
+                                        np.asarray([b for _, b in spans], np.int64))
+        else:
+            del self._index_ranges[path]
 
     @staticmethod
     def _nearest(starts: np.ndarray, ends: np.ndarray, i: int) -> np.ndarray:
