@@ -158,7 +158,7 @@ def run_batch(
     template = _template(check)
     previous = {} if force else read_manifest(manifest_url, storage_options)
     if combiner is not None:
-        combiner.check_inputs(previous, sources)
+        combiner.prepare(fingerprint, sources, force, previous)
     rows, jobs = plan(sources, known, previous, format, out, root, fingerprint, force, storage_options)
     n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
@@ -174,7 +174,7 @@ def run_batch(
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
     if combiner is not None:
-        report.combined, report.extra["snapshot"] = combiner.finish(), combiner.snapshot
+        combiner.finish_into(report)
     return report
 
 

@@ -44,6 +44,7 @@ class FileDigest:
     inline: bytes
     values: dict[str, np.ndarray] = field(default_factory=dict)  # the concat coordinate's stored numbers
     hashes: dict[str, str] = field(default_factory=dict)  # other coordinates: hash of their values
+    decoded: Any = None  # (steps, Encoding) of the concat coordinate once decoded (kept in the combine's state)
 
     def dims(self, name: str) -> list[str]:
         return list(self.zattrs[name].get("_ARRAY_DIMENSIONS") or [])

@@ -63,6 +63,22 @@ def write_combined_icechunk(out: OutLayout, target: Any, sources: list[str]) -> 
     return str(summary["snapshot"])
 
 
+def branch_tip(target: Any) -> str | None:
+    """The snapshot at the tip of ``target``'s branch (what the combine's saved state must match); None when
+    there is no repository or branch yet, or it cannot be read."""
+    import icechunk as ic
+
+    from ..writers.icechunk import storage_of
+
+    try:
+        storage = storage_of(target.repo, target.storage_options)
+        if not ic.Repository.exists(storage):
+            return None
+        return str(ic.Repository.open(storage).lookup_branch(target.branch))
+    except Exception:  # noqa: BLE001 - cannot tell: the state is not trusted
+        return None
+
+
 def vanished(gone: list[str]) -> None:
     """Refuse when inputs of the previous run are gone: the dataset would lose their steps silently."""
     if gone:
