@@ -2,9 +2,9 @@
 
 ``run_batch(..., format="icechunk", combine=REPO)``: the files are indexed as JSON (beside them,
 or under ``output``) and their manifest says which are new or changed, so a re-run with more
-inputs scans only those; the combine is made again from every file's index (reading an index
-is cheap, scanning a file is not) and replaces the repository's root dataset in **one new
-commit** (Icechunk's writer: :func:`refindex.writers.icechunk.write_icechunk`).  A file that
+inputs scans only those; the combine is made again from the saved state's digests of the
+unchanged files and the new files' indexes (:mod:`._combine_state`) and replaces the repository's
+root dataset in **one new commit** (Icechunk's writer: :func:`refindex.writers.icechunk.write_icechunk`).  A file that
 changed gets its new references; an input of the previous run that is gone fails the run
 naming it, before anything is written.  The arrays become v3 documents as a v3 index's do:
 dimension names in ``dimension_names``, ``_FillValue`` in xarray's v3 encoding.
