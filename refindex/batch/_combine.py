@@ -40,6 +40,21 @@ def exists(source: str, storage_options: dict[str, Any] | None) -> bool:
         return True
 
 
+def warm_up() -> None:
+    """Import xarray's CF time coding in a thread: new files' times are decoded with it."""
+    import threading
+
+    from ._combine_times import cf_times
+
+    def load() -> None:
+        try:
+            cf_times()
+        except Exception:  # noqa: BLE001 - the combine says it when it needs them
+            pass
+
+    threading.Thread(target=load, name="refindex-combine-import", daemon=True).start()
+
+
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
     dims = list(concat_dims)
     if len(dims) != 1:
@@ -169,6 +184,8 @@ class Combiner:
         self.stats["state"] = "used" if self.saved is not None else f"full rebuild: {why}" if why else "none"
         if self.saved is not None and self.icechunk is None:
             check_vanished(self.saved, sources, lambda s: exists(s, self.storage_options))
+        if self.saved is not None and self.saved.holds_times():
+            warm_up()  # an append waits on the store first (freshness): xarray's import overlaps that
 
     def output_now(self) -> dict[str, Any] | None:
         """What the output is now: the branch's snapshot (Icechunk), else the JSON / .zmetadata's identity."""

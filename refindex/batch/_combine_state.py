@@ -170,6 +170,11 @@ class SavedState:
             self.by_source[source] = k
         self.parsed = lru_cache(maxsize=4096)(lambda i: json.loads(self.docs[i]))
 
+    def holds_times(self) -> bool:
+        """Were the saved files' steps times (decoded with xarray), judging by the first file?"""
+        enc = self.record(0)["enc"] if len(self.ends) else None
+        return enc is not None and enc[3] != "raw"
+
     @property
     def sources(self) -> list[str]:
         return list(self.by_source)
