@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 
 from .. import urls
-from ._combine_digest import ChunkColumns, FileDigest, descr
+from ._combine_digest import ChunkColumns, FileDigest
 from ._combine_plan import Column
 from ._combine_times import Encoding
 from ._combine_write import is_json
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the concat coordinate's values carry their dtype and shape
 COLUMNS = ("line_end", "rows_end", "url", "offset", "size", "coords", "coords_end", "inline", "inline_end",
            "values", "values_end", "steps", "steps_end")
 
@@ -115,8 +115,9 @@ class StateBuilder:
         enc = None
         if d.decoded is not None:
             steps, e = d.decoded
-            enc = [e.units, e.calendar, e.dtype, e.kind, np.asarray(steps).dtype.str]
-            self.values += np.ascontiguousarray(d.values[dim]).tobytes()
+            values = np.ascontiguousarray(d.values[dim])
+            enc = [e.units, e.calendar, e.dtype, e.kind, np.asarray(steps).dtype.str, values.dtype.str, values.shape]
+            self.values += values.tobytes()
             self.steps += np.ascontiguousarray(steps).tobytes()
         rec = {"source": d.source, "index": index, "id": identity, "attrs": self.doc(d.attrs), "arrays": arrays,
                "hashes": self.doc(d.hashes), "urls": d.urls, "enc": enc}
@@ -212,11 +213,10 @@ class SavedState:
         i0, i1 = self.span("inline", k)
         d.inline = self.a["inline"][i0:i1].tobytes()
         if rec["enc"] is not None:
-            units, calendar, dtype, kind, steps_dtype = rec["enc"]
-            za = zarrays[dim]
+            units, calendar, dtype, kind, steps_dtype, values_dtype, shape = rec["enc"]
             v0, v1 = self.span("values", k)
-            d.values[dim] = np.frombuffer(self.a["values"][v0:v1].tobytes(),
-                                          dtype=np.dtype(descr(za["dtype"]))).reshape(za["shape"])
+            values = np.frombuffer(self.a["values"][v0:v1].tobytes(), dtype=np.dtype(values_dtype))
+            d.values[dim] = values.reshape(shape)
             s0, s1 = self.span("steps", k)
             steps = np.frombuffer(self.a["steps"][s0:s1].tobytes(), dtype=np.dtype(steps_dtype))
             d.decoded = (steps, Encoding(units, calendar, dtype, kind))
