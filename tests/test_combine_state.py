@@ -212,3 +212,30 @@ def test_icechunk_append_reads_only_new_indexes_and_equals_a_full_run(tmp_path):
     session.commit("an edit")
     with pytest.raises(refindex.RefindexError, match="cannot read the index to combine it"):
         batch(every, repo, idx, **kw)
+
+
+def test_s3_append_with_its_state_in_the_bucket(tmp_path):
+    """Sources, indexes, the combined parquet folder and its state on S3 (moto's server): the object's ETag
+    is the output's identity; an append reads the new file's index only and equals the files."""
+    from conftest import moto_s3
+
+    first, every = archive(tmp_path)
+    with moto_s3("k", "s") as opts:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("append")
+        for p in every:
+            if p in first:
+                fs.put_file(p, "append/raw/" + os.path.basename(p))
+        kw = dict(output="s3://append/idx", storage_options=opts, workers=0, progress=False,
+                  combine="s3://append/all.parq", split_walk=False)
+        refindex.run_batch("s3://append/raw/*.nc", **kw)
+        assert fs.exists("append/all.parq/.combine-state.npz")
+        for p in every:
+            if p not in first:
+                fs.put_file(p, "append/raw/" + os.path.basename(p))
+        report = refindex.run_batch("s3://append/raw/*.nc", **kw)
+        assert report.extra["combine"] == {"state": "used", "indexes_read": 2, "from_state": 3}
+        got = xr.open_zarr(refindex.open("s3://append/all.parq", storage_options=opts, remote_options=opts).store)
+        xr.testing.assert_identical(got.load(), on_files(every))
