@@ -75,12 +75,12 @@ def archive(n: int) -> tuple[str, list[str]]:
     return folder, names
 
 
-CURVE_SHAPE, CURVE_CHUNKS = (1, 38, 90), (1, 19, 45)
+CURVE_SHAPE, CURVE_CHUNKS = SHAPE, CHUNKS  # 54.7 KB of data: its 4 chunks are byte ranges, not inline
 CURVE_MARK = 876543  # the template's time value (hours since 2000-01-01): 8 bytes found once in the file
 
 
 def curve_template() -> bytes:
-    """A small CF file (``tas`` (1, 38, 90) float32 in 4 chunks, ``time`` int64 hours since 2000-01-01) whose
+    """A CF file as P9's (``tas`` (1, 76, 180) float32 in 4 chunks, ``time`` int64 hours since 2000-01-01) whose
     time value is a marker found once in its bytes: each file of the curve is this file with that value
     rewritten (real, distinct HDF5 files, written at disk speed instead of xarray's)."""
     import numpy as np
@@ -88,13 +88,13 @@ def curve_template() -> bytes:
     import xarray as xr
 
     os.makedirs(OUT, exist_ok=True)
-    path = os.path.join(OUT, "curve-template.nc")
+    path = os.path.join(OUT, "curve-template-2.nc")
     if not os.path.exists(path):
         ds = xr.Dataset({"tas": (("time", "lat", "lon"), np.random.default_rng(0).normal(280, 10, CURVE_SHAPE)
                                  .astype("f4"), {"units": "K", "standard_name": "air_temperature"})},
                         coords={"time": pd.DatetimeIndex([pd.Timestamp("2000-01-01") + pd.Timedelta(hours=CURVE_MARK)]),
                                 "lat": ("lat", np.linspace(-89, 89, CURVE_SHAPE[1]), {"units": "degrees_north"}),
-                                "lon": ("lon", np.arange(CURVE_SHAPE[2]) * 4.0, {"units": "degrees_east"})})
+                                "lon": ("lon", np.arange(CURVE_SHAPE[2]) * 2.0, {"units": "degrees_east"})})
         ds.to_netcdf(path + ".tmp", engine="h5netcdf", encoding={"tas": {"chunksizes": CURVE_CHUNKS},
                                                                 "time": {"units": "hours since 2000-01-01",
                                                                          "dtype": "i8"}})
@@ -113,7 +113,7 @@ def curve_archive(n: int) -> tuple[str, list[str]]:
     template = curve_template()
     mark = np.int64(CURVE_MARK).tobytes()
     at = template.index(mark)
-    folder = os.path.join(OUT, f"curve-{n}")
+    folder = os.path.join(OUT, f"curve2-{n}")
     os.makedirs(folder, exist_ok=True)
     names = [f"tas_{i:06d}.nc" for i in range(n)]
     have = set(os.listdir(folder))
@@ -502,12 +502,14 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
 APPEND_KINDS = {"JSON": "combine", "parquet": "parquet", "Icechunk": "icechunk"}
 
 
-def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float) -> str:
+def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float,
+                   baseline: str | None = None) -> str:
     """Adding ``extra`` files to a combined archive of ``n`` against combining all ``n + extra`` anew.
 
     Per output kind and round, in fresh processes, interleaved: a full run over the ``n + extra`` files
     into an empty folder, and an append: a run over the first ``n`` (not timed), then the timed run over
-    all of them in the same folder (manifest, per-file indexes, combined output and its state kept)."""
+    all of them in the same folder (manifest, per-file indexes, combined output and its state kept).
+    ``baseline``: also the append of another refindex tree (the code before the combine's saved state)."""
     from latency_store import LatencyStore
 
     folder, names = archive(n + extra)
@@ -517,15 +519,16 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
         first = files_list([store.url(x) for x in names[:n]])
         for _ in range(repeat):
             for label, mode in APPEND_KINDS.items():
-                for what in ("full", "append"):
+                for what in ("full", "append") + (("append, before",) if baseline else ()):
+                    tree = baseline if what == "append, before" else None
                     out = tempfile.mkdtemp(prefix="p9-append-", dir=OUT)
                     try:
-                        if what == "append":
-                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout)
+                        if what != "full":
+                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout, tree)
                             if setup.get("status") != "ok":
                                 runs.setdefault(f"{label} {what}", []).append(setup)
                                 continue
-                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout)
+                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree)
                     finally:
                         shutil.rmtree(out, ignore_errors=True)
                     runs.setdefault(f"{label} {what}", []).append(r)
@@ -534,7 +537,7 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
     rows, verdicts = [], []
     for label in APPEND_KINDS:
         med = {}
-        for what in ("full", "append"):
+        for what in ("full", "append") + (("append, before",) if baseline else ()):
             rs = runs.get(f"{label} {what}", [])
             ok = [r for r in rs if r.get("status") == "ok"]
             if len(ok) != len(rs) or not ok:
@@ -550,7 +553,10 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
         if med.get("full") and med.get("append"):
             t = med["append"]["seconds"] / med["full"]["seconds"]
             q = med["append"]["requests"] / med["full"]["requests"]
-            q_scan = (med["append"]["requests"] - med["append"]["heads"]) / med["full"]["requests"]
+            q_scan = (med["append"]["requests"] - max(0, med["append"]["heads"] - extra)) / med["full"]["requests"]
+            if med.get("append, before"):
+                verdicts.append(f"- {label}, before (baseline tree): append / full run "
+                                f"{med['append, before']['seconds'] / med['full']['seconds']:.0%} of the time")
             verdicts.append(f"- {label}: append / full run {t:.0%} of the time (goal <= 15%): "
                             f"{verdict(t <= 0.15)}; {q:.0%} of the requests (goal <= 15%): {verdict(q <= 0.15)} "
                             f"({q_scan:.0%} without the HEAD per unchanged file that an HTTP store needs; an S3/GCS "
@@ -594,8 +600,8 @@ def curve_section(sizes: list[int], timeout: float) -> str:
         goals.append(f"- 100,000 files: {peaks[100000]:.0f} MB (goal <= 1 GB): " + verdict(peaks[100000] <= 1024))
     return "\n".join([
         "### P9 memory of `refindex batch --combine ….parq` over local files (one fresh process each, 2 workers)", "",
-        "Files: a small CF file (`tas` (1, 38, 90) float32 in 4 chunks, one hourly step) copied with its time value "
-        "rewritten (`curve_archive`); whole batch: the sum of the resident memory of the batch's process and all "
+        "Files: P9's CF file (`tas` (1, 76, 180) float32 in 4 chunks of 13.7 KB, byte ranges in the index; one hourly "
+        "step) copied with its time value rewritten (`curve_archive`); whole batch: the sum of the resident memory of the batch's process and all "
         "its descendants, sampled every 0.1 s (psutil), its peak.", "",
         table(["files", "seconds", "whole batch peak MB", "coordinator peak MB", "largest worker MB",
                "load average at start", "error"], rows), "", *goals, ""])
@@ -625,7 +631,7 @@ def main(argv: list[str] | None = None) -> str:
                        a.baseline, [w for w in a.only.split(",") if w])]
     if a.append:
         parts.append(append_section(a.files, a.append, a.repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6,
-                                    a.timeout))
+                                    a.timeout, a.baseline))
     if a.curve:
         parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
     text = "\n".join(parts)

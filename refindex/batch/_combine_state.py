@@ -31,6 +31,7 @@ import io
 import json
 import os
 import sys
+import tempfile
 from functools import lru_cache
 from typing import Any
 
@@ -130,25 +131,27 @@ class StateBuilder:
             self.cols[key + "_end"].append(np.array([n]))
 
     def save(self, location: str, header: dict[str, Any], storage_options: dict[str, Any] | None) -> None:
-        """Write the state (whole or not at all); a failure is said on stderr, never fails the run."""
-        from ..writers import atomic_write_bytes
+        """Write the state (whole or not at all); a failure is said on stderr, never fails the run.  Written
+        straight into a file (no copy of the columns and inline bytes in memory: they grow with the files)."""
+        from ..writers import atomic_file
 
         head = {**header, "docs": list(self.docs), "files": len(self.sources)}
         arrays = {k: c.values for k, c in self.cols.items()}
         arrays.update(header=np.frombuffer(json.dumps(head).encode("utf-8"), dtype=np.uint8),
-                      lines=np.frombuffer(bytes(self.lines), dtype=np.uint8),
-                      inline=np.frombuffer(bytes(self.inline), dtype=np.uint8),
-                      values=np.frombuffer(bytes(self.values), dtype=np.uint8),
-                      steps=np.frombuffer(bytes(self.steps), dtype=np.uint8))
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
+                      **{k: np.frombuffer(getattr(self, k), dtype=np.uint8)
+                         for k in ("lines", "inline", "values", "steps")})
         try:
             protocol, path = urls.split(location)
             if protocol == "file":
-                atomic_write_bytes(path, buf.getvalue(), "the combine's state")
-            else:
+                with atomic_file(path, "the combine's state") as fh:
+                    np.savez(fh, **arrays)
+                return
+            with tempfile.TemporaryDirectory(prefix="refindex-state-") as tmp:
+                local = os.path.join(tmp, "state.npz")
+                with open(local, "wb") as fh:
+                    np.savez(fh, **arrays)
                 fs, p = urls.filesystem(location, storage_options)
-                fs.pipe_file(p, buf.getvalue())
+                fs.put_file(local, p)  # one PUT: the object appears whole or not at all
         except Exception as e:  # noqa: BLE001 - the output is written; the next run combines in full
             note(f"could not save the combine's state {location} ({type(e).__name__}: {e}); the next run "
                  "reads every file's index to combine")
