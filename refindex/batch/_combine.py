@@ -41,7 +41,8 @@ def exists(source: str, storage_options: dict[str, Any] | None) -> bool:
 
 
 def warm_up() -> None:
-    """Import xarray's CF time coding in a thread: new files' times are decoded with it."""
+    """Import xarray's CF time coding and zarr's v2 metadata in a thread: new files' values are read and
+    their times decoded with them."""
     import threading
 
     from ._combine_times import cf_times
@@ -49,6 +50,7 @@ def warm_up() -> None:
     def load() -> None:
         try:
             cf_times()
+            import zarr.core.metadata.v2  # noqa: F401
         except Exception:  # noqa: BLE001 - the combine says it when it needs them
             pass
 
