@@ -97,9 +97,10 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
         return before + [row] + run_group(w, group[i + 1:])
 
     ex = ThreadPoolExecutor(max_workers=len(all_workers), thread_name_prefix="refindex-batch")
-    futures = [ex.submit(run, g) for g in groups]
+    futures = {ex.submit(run, g) for g in groups}
     try:
         for fut in as_completed(futures):
+            futures.discard(fut)  # its rows are let go once taken (a batch of 10^5 files held them all)
             for row in fut.result():
                 on_result(row)
     finally:
