@@ -79,14 +79,19 @@ def header_of(fingerprint: str, dim: str, mode: str, kind: str) -> dict[str, Any
 
 
 def identity_of(row: Any) -> dict[str, Any]:
-    return {"size": row.size, "etag": row.etag, "mtime": row.mtime, "version": row.version}
+    """The source as its row describes it, and which index of it (when it was made, its size)."""
+    return {"size": row.size, "etag": row.etag, "mtime": row.mtime, "version": row.version,
+            "finished": row.finished, "index_bytes": row.index_bytes}
 
 
 def same_identity(saved: dict[str, Any], now: dict[str, Any]) -> bool:
-    """The file the state saw (the manifest's rule: size, then ETag, else mtime; versions when both have one)."""
+    """The file the state saw (the manifest's rule: size, then ETag, else mtime; versions when both have one)
+    and the same index of it (an index made again since, e.g. by ``--force`` without ``--combine``, is read)."""
     from ._manifest import unchanged
 
     if saved.get("version") and now.get("version") and saved["version"] != now["version"]:
+        return False
+    if (saved.get("finished"), saved.get("index_bytes")) != (now.get("finished"), now.get("index_bytes")):
         return False
     return unchanged(saved, now)
 
