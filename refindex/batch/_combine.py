@@ -172,7 +172,6 @@ class Combiner:
         from ._combine_state import StateBuilder, check_vanished, header_of, load_state, refused, state_location
 
         self.check_inputs(previous, sources)
-
         kind = "icechunk" if self.icechunk is not None else "json" if is_json(self.output) else "parquet"
         self.header = header_of(fingerprint, self.dim, self.mode, kind)
         self.state_url = state_location(self.output, self.icechunk is not None)
