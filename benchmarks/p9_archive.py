@@ -20,8 +20,12 @@ decoding) is ``xr.testing.assert_identical`` to ``xr.open_mfdataset(files, engin
 combine="by_coords")``.  Goals of issue #43 item 4, from the same run: >= 3x kerchunk, >= 6x
 HDFParser, >= 2x refindex a file at a time (or the baseline tree), the same on Dask.
 
-``--curve 1000,10000`` adds the memory curve of the combine's coordinator over local files
-(100,000 only when asked: building it takes an hour).
+``--append 100`` adds an append: per output kind (JSON, parquet, Icechunk), a full run over ``--files`` +
+100 files against the same command after a run over the first ``--files`` (time, requests, HEADs, CPU, what
+the combine read; with ``--baseline`` also the baseline tree's append).  ``--curve 1000,10000`` adds the
+whole batch's memory (coordinator and workers, sampled) combining local files into parquet; the files are
+one template with its time value rewritten (100,000 take two minutes to write, the batch over them hours on
+2 cores).  ``--skip-tools`` runs only those.
 """
 
 from __future__ import annotations
