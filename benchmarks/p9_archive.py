@@ -20,8 +20,12 @@ decoding) is ``xr.testing.assert_identical`` to ``xr.open_mfdataset(files, engin
 combine="by_coords")``.  Goals of issue #43 item 4, from the same run: >= 3x kerchunk, >= 6x
 HDFParser, >= 2x refindex a file at a time (or the baseline tree), the same on Dask.
 
-``--curve 1000,10000`` adds the memory curve of the combine's coordinator over local files
-(100,000 only when asked: building it takes an hour).
+``--append 100`` adds an append: per output kind (JSON, parquet, Icechunk), a full run over ``--files`` +
+100 files against the same command after a run over the first ``--files`` (time, requests, HEADs, CPU, what
+the combine read; with ``--baseline`` also the baseline tree's append).  ``--curve 1000,10000`` adds the
+whole batch's memory (coordinator and workers, sampled) combining local files into parquet; the files are
+one template with its time value rewritten (100,000 take two minutes to write, the batch over them hours on
+2 cores).  ``--skip-tools`` runs only those.
 """
 
 from __future__ import annotations
@@ -72,6 +76,55 @@ def archive(n: int) -> tuple[str, list[str]]:
     if todo:
         with Pool(2) as pool:
             pool.map(_write, todo, chunksize=64)
+    return folder, names
+
+
+CURVE_SHAPE, CURVE_CHUNKS = SHAPE, CHUNKS  # 54.7 KB of data: its 4 chunks are byte ranges, not inline
+CURVE_MARK = 876543  # the template's time value (hours since 2000-01-01): 8 bytes found once in the file
+
+
+def curve_template() -> bytes:
+    """A CF file as P9's (``tas`` (1, 76, 180) float32 in 4 chunks, ``time`` int64 hours since 2000-01-01) whose
+    time value is a marker found once in its bytes: each file of the curve is this file with that value
+    rewritten (real, distinct HDF5 files, written at disk speed instead of xarray's)."""
+    import numpy as np
+    import pandas as pd
+    import xarray as xr
+
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, "curve-template-2.nc")
+    if not os.path.exists(path):
+        ds = xr.Dataset({"tas": (("time", "lat", "lon"), np.random.default_rng(0).normal(280, 10, CURVE_SHAPE)
+                                 .astype("f4"), {"units": "K", "standard_name": "air_temperature"})},
+                        coords={"time": pd.DatetimeIndex([pd.Timestamp("2000-01-01") + pd.Timedelta(hours=CURVE_MARK)]),
+                                "lat": ("lat", np.linspace(-89, 89, CURVE_SHAPE[1]), {"units": "degrees_north"}),
+                                "lon": ("lon", np.arange(CURVE_SHAPE[2]) * 2.0, {"units": "degrees_east"})})
+        ds.to_netcdf(path + ".tmp", engine="h5netcdf", encoding={"tas": {"chunksizes": CURVE_CHUNKS},
+                                                                "time": {"units": "hours since 2000-01-01",
+                                                                         "dtype": "i8"}})
+        os.replace(path + ".tmp", path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data.count(np.int64(CURVE_MARK).tobytes()) != 1:
+        raise RuntimeError("the curve template's time value is not found exactly once")
+    return data
+
+
+def curve_archive(n: int) -> tuple[str, list[str]]:
+    """``n`` hourly files (file i holds hour i) for the memory curve, made once under benchmarks/out/p9."""
+    import numpy as np
+
+    template = curve_template()
+    mark = np.int64(CURVE_MARK).tobytes()
+    at = template.index(mark)
+    folder = os.path.join(OUT, f"curve2-{n}")
+    os.makedirs(folder, exist_ok=True)
+    names = [f"tas_{i:06d}.nc" for i in range(n)]
+    have = set(os.listdir(folder))
+    for i, x in enumerate(names):
+        if x not in have:
+            with open(os.path.join(folder, x), "wb") as fh:
+                fh.write(template[:at] + np.int64(i).tobytes() + template[at + 8:])
     return folder, names
 
 
@@ -150,6 +203,8 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
         kw["combine"] = os.path.join(out, "combined.json")
     if mode == "parquet":
         kw["combine"] = os.path.join(out, "combined.parq")  # JSON per file, the combined index as parquet
+    if mode == "icechunk":  # JSON per file, the combined dataset into an Icechunk repository
+        kw.update(format="icechunk", combine=os.path.join(out, "repo"))
     cluster = None
     if mode == "dask":  # a cluster that runs already, as a user's does; its start-up reported beside
         from distributed import Client, LocalCluster
@@ -169,9 +224,11 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
                 "failed": len(report.failed), "requests": after["requests"] - before["requests"],
                 "workers_mb": _children_rss_mb(), "cpu": _cpu_seconds()}
     n = len(report.results)
-    return {"seconds": sec, "files": n, "failed": len(report.failed),
+    return {"seconds": sec, "files": n, "failed": len(report.failed), "indexed": len(report.indexed),
             "requests": after["requests"] - before["requests"],
-            "workers_mb": _children_rss_mb(), "combined": report.combined, "cpu": _cpu_seconds()}
+            "heads": after.get("head_requests", 0) - before.get("head_requests", 0),
+            "workers_mb": _children_rss_mb(), "combined": report.combined, "cpu": _cpu_seconds(),
+            "combine": report.extra.get("combine")}
 
 
 def _kerchunk_one(url: str) -> dict[str, Any]:
@@ -252,14 +309,56 @@ def child_identical(combined: str, files_list: str, remote_protocol: str) -> dic
     return {"seconds": 0.0, "identical": identical(combined, files, remote_protocol or None)}
 
 
+class TreeRss:
+    """Peak resident memory of this process and all its descendants together, sampled every ``every`` s
+    (psutil): the whole batch (coordinator and workers), not one process's peak."""
+
+    def __init__(self, every: float = 0.1):
+        import threading
+
+        import psutil
+
+        self.me, self.every, self.peak, self.largest_child = psutil.Process(), every, 0, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        import psutil
+
+        while not self.stop.is_set():
+            total = 0
+            try:
+                total = self.me.memory_info().rss
+                for child in self.me.children(recursive=True):
+                    try:
+                        rss = child.memory_info().rss
+                    except psutil.Error:
+                        continue
+                    total += rss
+                    self.largest_child = max(self.largest_child, rss)
+            except psutil.Error:
+                pass
+            self.peak = max(self.peak, total)
+            self.stop.wait(self.every)
+
+    def close(self) -> dict[str, float]:
+        self.stop.set()
+        self.thread.join()
+        return {"tree_mb": round(self.peak / 2**20, 1), "largest_child_mb": round(self.largest_child / 2**20, 1)}
+
+
 def child_curve(inputs: str, out: str) -> dict[str, Any]:
-    """Index local files and combine them: the coordinator's peak RSS (this process) and its workers'."""
+    """Index local files and combine them into parquet references: the whole batch's peak RSS (this process and
+    its workers, sampled), the coordinator's own peak, and its largest worker's."""
     from refindex.batch import run_batch
 
+    tree = TreeRss()
     report, sec = timed(lambda: run_batch("@" + inputs, workers=2, progress=False, output=out,
                                           manifest=os.path.join(out, "m.jsonl"),
-                                          combine=os.path.join(out, "combined.json")))
-    return {"seconds": sec, "files": len(report.results), "workers_mb": _children_rss_mb()}
+                                          combine=os.path.join(out, "combined.parq")))
+    return {"seconds": sec, "files": len(report.results), "failed": len(report.failed),
+            "workers_mb": _children_rss_mb(), "combine": report.extra.get("combine"), **tree.close()}
 
 
 CHILDREN = {"refindex": child_refindex, "kerchunk": child_kerchunk, "vz": child_vz, "identical": child_identical,
@@ -404,21 +503,112 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
         "Goals of issue #43 item 4 (same run; ratios of medians):", "", *goals(res, baseline is not None), ""])
 
 
+APPEND_KINDS = {"JSON": "combine", "parquet": "parquet", "Icechunk": "icechunk"}
+
+
+def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float,
+                   baseline: str | None = None) -> str:
+    """Adding ``extra`` files to a combined archive of ``n`` against combining all ``n + extra`` anew.
+
+    Per output kind and round, in fresh processes, interleaved: a full run over the ``n + extra`` files
+    into an empty folder, and an append: a run over the first ``n`` (not timed), then the timed run over
+    all of them in the same folder (manifest, per-file indexes, combined output and its state kept).
+    ``baseline``: also the append of another refindex tree (the code before the combine's saved state)."""
+    from latency_store import LatencyStore
+
+    folder, names = archive(n + extra)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    with LatencyStore(folder, latency, bandwidth) as store:
+        every = files_list([store.url(x) for x in names])
+        first = files_list([store.url(x) for x in names[:n]])
+        for _ in range(repeat):
+            for label, mode in APPEND_KINDS.items():
+                for what in ("full", "append") + (("append, before",) if baseline else ()):
+                    tree = baseline if what == "append, before" else None
+                    out = tempfile.mkdtemp(prefix="p9-append-", dir=OUT)
+                    try:
+                        if what != "full":
+                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout, tree)
+                            if setup.get("status") != "ok":
+                                runs.setdefault(f"{label} {what}", []).append(setup)
+                                continue
+                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree)
+                    finally:
+                        shutil.rmtree(out, ignore_errors=True)
+                    runs.setdefault(f"{label} {what}", []).append(r)
+                    print(f"  {label} {what}: {fmt(r.get('seconds'))} s, {r.get('requests')} requests "
+                          f"{r.get('status')} {r.get('error', '')} {r.get('combine')}", file=sys.stderr, flush=True)
+    rows, verdicts = [], []
+    for label in APPEND_KINDS:
+        med = {}
+        for what in ("full", "append") + (("append, before",) if baseline else ()):
+            rs = runs.get(f"{label} {what}", [])
+            ok = [r for r in rs if r.get("status") == "ok"]
+            if len(ok) != len(rs) or not ok:
+                med[what] = None
+                rows.append([label, what, "fail", "–", "–", "–", "–", (rs[0].get("error") if rs else "")[:80]])
+                continue
+            m = {k: median([r[k] for r in ok]) for k in ("seconds", "requests", "heads", "cpu")}
+            med[what] = m
+            comb = ok[-1].get("combine") or {}
+            rows.append([label, what, fmt(m["seconds"]), fmt(m["requests"]), fmt(m["heads"]), fmt(m["cpu"]),
+                         f"{comb.get('indexes_read')} / {comb.get('from_state')}",
+                         " ".join(f"{r['seconds']:.1f}" for r in ok)])
+        if med.get("full") and med.get("append"):
+            t = med["append"]["seconds"] / med["full"]["seconds"]
+            q = med["append"]["requests"] / med["full"]["requests"]
+            q_scan = (med["append"]["requests"] - max(0, med["append"]["heads"] - extra)) / med["full"]["requests"]
+            if med.get("append, before"):
+                verdicts.append(f"- {label}, before (baseline tree): append / full run "
+                                f"{med['append, before']['seconds'] / med['full']['seconds']:.0%} of the time")
+            verdicts.append(f"- {label}: append / full run {t:.0%} of the time (goal <= 15%): "
+                            f"{verdict(t <= 0.15)}; {q:.0%} of the requests (goal <= 15%): {verdict(q <= 0.15)} "
+                            f"({q_scan:.0%} without the HEAD per unchanged file that an HTTP store needs; an S3/GCS "
+                            "listing gives those 1,000 a request)")
+    return "\n".join([
+        f"### P9 append: {extra:,} new files added to a combined archive of {n:,} (latency store, "
+        f"{latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
+        f"{repeat} rounds, fresh processes, interleaved, median; full: all {n + extra:,} files into an empty folder; "
+        f"append: the same command after a run over the first {n:,} (its manifest, per-file indexes, combined output "
+        "and the combine's state kept); load average at the start: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", "",
+        table(["output", "run", "seconds", "requests", "of them HEAD", "CPU s", "indexes read / from state", "runs"],
+              rows), "", *verdicts, ""])
+
+
 def curve_section(sizes: list[int], timeout: float) -> str:
-    rows = []
+    """The whole batch's peak memory (coordinator and workers) combining n local files into parquet, and the
+    goals of issue #43 item 2: 10k <= 2x 1k, 100k <= 1 GB."""
+    rows, peaks = [], {}
     for n in sizes:
-        folder, names = archive(n)
+        folder, names = curve_archive(n)
         inputs = files_list([os.path.join(folder, x) for x in names])
         out = tempfile.mkdtemp(prefix="p9-curve-", dir=OUT)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         try:
             r = run_one("curve", [inputs, out], timeout)
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        rows.append([f"{n:,}", fmt(r.get("seconds")) if r.get("status") == "ok" else r.get("status"),
-                     fmt(r.get("peak_rss_mb")), fmt(r.get("workers_mb")), r.get("error", "")])
-    return "\n".join([f"### P9 memory of `refindex batch --combine` over local files (one fresh process each)", "",
-                      table(["files", "seconds", "coordinator peak RSS MB", "largest child MB (workers, combine)",
-                             "error"], rows), ""])
+        ok = r.get("status") == "ok" and not r.get("failed")
+        if ok:
+            peaks[n] = r["tree_mb"]
+        rows.append([f"{n:,}", fmt(r.get("seconds")) if ok else r.get("status"), fmt(r.get("tree_mb")),
+                     fmt(r.get("peak_rss_mb")), fmt(r.get("largest_child_mb")), load,
+                     r.get("error", "") or (f"{r.get('failed')} failed" if r.get("failed") else "")])
+        print(f"  curve {n}: {rows[-1]}", file=sys.stderr, flush=True)
+    goals = []
+    if 1000 in peaks and 10000 in peaks:
+        goals.append(f"- 10,000 files: {peaks[10000] / peaks[1000]:.2f}x the 1,000-file peak (goal <= 2x): "
+                     + verdict(peaks[10000] <= 2 * peaks[1000]))
+    if 100000 in peaks:
+        goals.append(f"- 100,000 files: {peaks[100000]:.0f} MB (goal <= 1 GB): " + verdict(peaks[100000] <= 1024))
+    return "\n".join([
+        "### P9 memory of `refindex batch --combine ….parq` over local files (one fresh process each, 2 workers)", "",
+        "Files: P9's CF file (`tas` (1, 76, 180) float32 in 4 chunks of 13.7 KB, byte ranges in the index; one hourly "
+        "step) copied with its time value rewritten (`curve_archive`); whole batch: the sum of the resident memory of the batch's process and all "
+        "its descendants, sampled every 0.1 s (psutil), its peak.", "",
+        table(["files", "seconds", "whole batch peak MB", "coordinator peak MB", "largest worker MB",
+               "load average at start", "error"], rows), "", *goals, ""])
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -435,11 +625,17 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--baseline", help="a refindex source tree to compare with (its parent folder holds refindex/)")
     p.add_argument("--only", default="", help="comma-separated words: only the tools whose name holds one")
     p.add_argument("--curve", default="", help="file counts for the combine's memory curve, e.g. 1000,10000")
+    p.add_argument("--append", type=int, default=0, help="also time adding this many files to --files (append)")
+    p.add_argument("--skip-tools", action="store_true", help="only the append and/or the curve")
     a = p.parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
-    parts = [remote_section(a.files, a.repeat, a.slow_repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout,
-                            a.baseline, [w for w in a.only.split(",") if w])]
+    parts = [] if a.skip_tools else [
+        remote_section(a.files, a.repeat, a.slow_repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6, a.timeout,
+                       a.baseline, [w for w in a.only.split(",") if w])]
+    if a.append:
+        parts.append(append_section(a.files, a.append, a.repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6,
+                                    a.timeout, a.baseline))
     if a.curve:
         parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
     text = "\n".join(parts)

@@ -67,9 +67,11 @@ Combining (``combine=PATH``)
     grids, encodings and steps checked, anything one zarr array cannot hold refused naming the
     files (:mod:`refindex.batch._combine`).  It takes each file's result as it arrives; JSON for
     ``*.json``, parquet references otherwise; with ``format="icechunk"`` one dataset in the
-    repository ``combine``, replaced in one commit per run (only new or changed files scanned:
-    :mod:`refindex.batch._combine_icechunk`).  Needs the files' JSON zarr v2 indexes; one
-    failed input refuses the combine.
+    repository ``combine``, replaced in one commit per run (:mod:`refindex.batch._combine_icechunk`).
+    A re-run with more inputs appends: only new or changed files are scanned and only their
+    indexes read, the others' digests coming from the state saved with the output
+    (:mod:`refindex.batch._combine_state`; one that does not match is a full rebuild).  Needs the
+    files' JSON zarr v2 indexes; one failed input refuses the combine.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ from .. import urls
 from ..errors import RefindexError
 from ._combine_digest import digest
 from ._combine_plan import Combination
-from ._combine_write import write_combined
+from ._combine_state import identity_of
+from ._combine_write import is_json, write_combined
 from ._results import BatchReport, FileResult
 
 MODES = ("by_coords", "nested")
@@ -37,6 +38,23 @@ def exists(source: str, storage_options: dict[str, Any] | None) -> bool:
         return bool(fs.exists(path))
     except Exception:  # noqa: BLE001 - unreachable is not gone: say nothing
         return True
+
+
+def warm_up() -> None:
+    """Import xarray's CF time coding and zarr's v2 metadata in a thread: new files' values are read and
+    their times decoded with them."""
+    import threading
+
+    from ._combine_times import cf_times
+
+    def load() -> None:
+        try:
+            cf_times()
+            import zarr.core.metadata.v2  # noqa: F401
+        except Exception:  # noqa: BLE001 - the combine says it when it needs them
+            pass
+
+    threading.Thread(target=load, name="refindex-combine-import", daemon=True).start()
 
 
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
@@ -66,10 +84,16 @@ class Combiner:
         self.failed: list[str] = []
         self.error: RefindexError | None = None
         self.pool: ThreadPoolExecutor | None = None
-        self.pending: deque[tuple[Future, str, int]] = deque()
+        self.pending: deque[tuple[Future, FileResult, int]] = deque()
         self.icechunk = icechunk  # an IcechunkTarget: the dataset goes into its repository (one commit)
         self.sources: list[str] = []
         self.snapshot: str | None = None
+        self.mode = mode
+        self.state: Any = None  # the state this run saves (a StateBuilder), once prepare() is called
+        self.saved: Any = None  # the previous run's state when it matches (a SavedState)
+        self.header: dict[str, Any] = {}
+        self.state_url = ""
+        self.stats: dict[str, Any] = {"state": None, "indexes_read": 0, "from_state": 0}
 
     def add(self, result: FileResult, position: int) -> None:
         """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
@@ -79,24 +103,35 @@ class Combiner:
             return
         if self.error is not None:
             return  # refused already: the batch goes on, the combine will not be written
-        if self.pool is None:
-            self.pool = ThreadPoolExecutor(READERS, thread_name_prefix="refindex-combine")
-        job = self.pool.submit(digest, result.source, result.index, self.dim, self.storage_options)
-        self.pending.append((job, result.source, position))
+        saved = self.saved.digest_of(result, self.dim) if self.saved is not None else None
+        if saved is not None:  # unchanged since the saved combine: its digest, no read of its index
+            job: Future = Future()
+            job.set_result(saved)
+            self.stats["from_state"] += 1
+        else:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(READERS, thread_name_prefix="refindex-combine")
+            job = self.pool.submit(digest, result.source, result.index, self.dim, self.storage_options)
+            self.stats["indexes_read"] += 1
+        self.pending.append((job, result, position))
         self.take(wait=len(self.pending) > IN_FLIGHT)
 
     def take(self, wait: bool) -> None:
         """Join the digests that are ready (``wait``: the oldest one too, or all when finishing)."""
         while self.pending and (wait or self.pending[0][0].done()):
-            job, source, position = self.pending.popleft()
+            job, result, position = self.pending.popleft()
             wait = wait and len(self.pending) > IN_FLIGHT
             try:
                 if self.error is None:
-                    self.combination.add(job.result(), position)
+                    d = job.result()
+                    self.combination.add(d, position)
+                    if self.state is not None:
+                        self.state.add(d, identity_of(result), result.index, self.dim)
             except RefindexError as e:
                 self.error = e
             except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
-                self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}", file=source)
+                self.error = RefindexError(f"internal error while combining: {type(e).__name__}: {e}",
+                                           file=result.source)
 
     def close(self) -> None:
         """No reader thread outlives the batch (the digests already asked for are finished, and kept)."""
@@ -118,9 +153,51 @@ class Combiner:
             from ._combine_icechunk import write_combined_icechunk
 
             self.snapshot = write_combined_icechunk(out, self.icechunk, self.sources)
-            return self.output
-        write_combined(out, self.output, self.storage_options, self.record_size)
+        else:
+            write_combined(out, self.output, self.storage_options, self.record_size)
+        if self.state is not None:
+            self.state.save(self.state_url, {**self.header, "output": self.output_now()}, self.storage_options)
         return self.output
+
+    # ------------------------------------------------------------------ the saved state (appends)
+    def finish_into(self, report: BatchReport) -> None:
+        """:meth:`finish`, and the report says where, which Icechunk snapshot, and what the combine read."""
+        report.combined = self.finish()
+        report.extra.update(snapshot=self.snapshot, combine=self.stats)
+
+    def prepare(self, fingerprint: str, sources: list[str], force: bool, previous: dict[str, Any]) -> None:
+        """Before the batch: load the previous run's state when it matches (else say why and combine in full),
+        refuse when an input it held (or, for Icechunk, the manifest's) is gone, and start this run's state
+        (see :mod:`._combine_state`)."""
+        from ._combine_state import StateBuilder, check_vanished, header_of, load_state, refused, state_location
+
+        self.check_inputs(previous, sources)
+        kind = "icechunk" if self.icechunk is not None else "json" if is_json(self.output) else "parquet"
+        self.header = header_of(fingerprint, self.dim, self.mode, kind)
+        self.state_url = state_location(self.output, self.icechunk is not None)
+        self.state = StateBuilder()
+        if force:
+            self.stats["state"] = "not used (--force)"
+            return
+        self.saved, why = load_state(self.state_url, self.header, self.output_now(), self.storage_options)
+        if why is not None:
+            refused(f"{self.output}: {why}")
+        self.stats["state"] = "used" if self.saved is not None else f"full rebuild: {why}" if why else "none"
+        if self.saved is not None and self.icechunk is None:
+            check_vanished(self.saved, sources, lambda s: exists(s, self.storage_options))
+        if self.saved is not None and self.saved.holds_times():
+            warm_up()  # an append waits on the store first (freshness): xarray's import overlaps that
+
+    def output_now(self) -> dict[str, Any] | None:
+        """What the output is now: the branch's snapshot (Icechunk), else the JSON / .zmetadata's identity."""
+        if self.icechunk is not None:
+            from ._combine_icechunk import branch_tip
+
+            tip = branch_tip(self.icechunk)
+            return None if tip is None else {"snapshot": tip}
+        from ._combine_state import output_identity
+
+        return output_identity(self.output, self.storage_options)
 
     def check_inputs(self, previous: dict[str, Any], sources: list[str]) -> None:
         """Appending to an Icechunk dataset: an input of the previous run that no longer exists fails the

@@ -5,8 +5,10 @@ root attributes and each root array's ``.zarray``/``.zattrs``, its chunks as num
 (grid position, file number in the digest's URL table or -1 for bytes held inline, offset,
 size) with inline bytes in one buffer, the concat coordinate's stored values, and a hash of
 the values of every other coordinate (to check that files claimed to share a grid do).
-Values are read the way zarr reads a v2 array (numcodecs, compressor then filters), from the
-index's inline bytes or the source's byte ranges.
+Values are read the way zarr reads a v2 array (zarr's reading of the ``.zarray``, each chunk
+decoded by the readers' :func:`refindex.read.nwb.decode_chunk`), from the index's inline bytes
+or the source's byte ranges; the index is loaded as every reader loads one
+(:func:`refindex.read.load_refs`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class FileDigest:
     inline: bytes
     values: dict[str, np.ndarray] = field(default_factory=dict)  # the concat coordinate's stored numbers
     hashes: dict[str, str] = field(default_factory=dict)  # other coordinates: hash of their values
+    decoded: Any = None  # (steps, Encoding) of the concat coordinate once decoded (kept in the combine's state)
 
     def dims(self, name: str) -> list[str]:
         return list(self.zattrs[name].get("_ARRAY_DIMENSIONS") or [])
@@ -60,14 +63,16 @@ def coordinate_names(zattrs: dict[str, dict[str, Any]], root_attrs: dict[str, An
 
 
 def load_index(index: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    fs, path = urls.filesystem(index, storage_options)
+    """The file's JSON index as every reader loads it (:func:`refindex.read.load_refs`: one request, retried)."""
+    from ..read import load_refs
+
     try:
-        doc = json.loads(fs.cat_file(path))
-    except Exception as e:  # noqa: BLE001 - a missing or damaged index: say which
-        raise RefindexError(f"cannot read the index to combine it: {type(e).__name__}: {e}", file=index) from e
-    if not isinstance(doc, dict) or "refs" not in doc:
-        raise RefindexError("not a JSON reference index (no 'refs')", file=index)
-    return doc
+        doc = load_refs(index, storage_options)
+    except RefindexError as e:  # a missing or damaged index: say which, and that the combine needed it
+        raise RefindexError(f"cannot read the index to combine it: {e.reason}", file=index) from e
+    if not isinstance(doc, dict):  # a parquet folder
+        raise RefindexError("combining needs JSON indexes of the files, not parquet", file=index)
+    return doc if "refs" in doc else {"refs": doc}
 
 
 def metadata_of(refs: dict[str, Any]) -> dict[str, Any]:
@@ -132,28 +137,23 @@ def chunk_columns(items: list[tuple[tuple[int, ...], Any]], ndim: int, url_ids: 
 
 
 def array_values(d: FileDigest, name: str, storage_options: dict[str, Any] | None) -> np.ndarray:
-    """The stored (not decoded) values of array ``name``, as zarr reads them."""
-    import numcodecs
+    """The stored (not decoded) values of array ``name``, as zarr reads them: zarr's reading of its
+    ``.zarray`` and each chunk decoded by :func:`refindex.read.nwb.decode_chunk` (zarr's codec order)."""
+    from zarr.core.metadata.v2 import ArrayV2Metadata
 
     from ..codecs import register_codecs, register_stock_codecs
+    from ..read.nwb import decode_chunk
 
     register_codecs()
     register_stock_codecs()
-    za = d.zarrays[name]
-    shape, chunks, dtype = tuple(za["shape"]), tuple(za["chunks"]), np.dtype(descr(za["dtype"]))
-    out = np.full(shape, fill_of(za, dtype), dtype=dtype)
+    meta = ArrayV2Metadata.from_dict({**d.zarrays[name], "zarr_format": 2})
+    dtype = meta.dtype.to_native_dtype()
+    fill = meta.fill_value if meta.fill_value is not None else (None if dtype.kind == "O" else 0)
+    out = np.full(meta.shape, fill, dtype=dtype)
     cols = d.chunks[name]
-    pieces = fetch(d, cols, storage_options)
-    codecs = [numcodecs.get_codec(c) for c in reversed(za.get("filters") or [])]
-    compressor = numcodecs.get_codec(za["compressor"]) if za.get("compressor") else None
-    for pos, data in zip(cols.coords.tolist(), pieces):
-        buf: Any = compressor.decode(data) if compressor is not None else data
-        for codec in codecs:
-            buf = codec.decode(buf)
-        arr = np.frombuffer(buf, dtype=dtype) if not isinstance(buf, np.ndarray) else buf
-        arr = arr.reshape(chunks or ())
-        where = tuple(slice(p * c, min((p + 1) * c, s)) for p, c, s in zip(pos, chunks, shape))
-        out[where] = arr[tuple(slice(0, w.stop - w.start) for w in where)]
+    for pos, data in zip(cols.coords.tolist(), fetch(d, cols, storage_options)):
+        where = tuple(slice(p * c, min((p + 1) * c, s)) for p, c, s in zip(pos, meta.chunks, meta.shape))
+        out[where] = decode_chunk(meta, data)[tuple(slice(0, w.stop - w.start) for w in where)]
     return out
 
 
@@ -170,21 +170,6 @@ def fetch(d: FileDigest, cols: ChunkColumns, storage_options: dict[str, Any] | N
     for r in np.flatnonzero(cols.url == -1).tolist():
         out[r] = d.inline[int(cols.offset[r]):int(cols.offset[r] + cols.size[r])]
     return out
-
-
-def descr(dtype: Any) -> Any:
-    return [tuple(f) for f in dtype] if isinstance(dtype, list) else dtype
-
-
-def fill_of(za: dict[str, Any], dtype: np.dtype) -> Any:
-    fill = za.get("fill_value")
-    if fill is None:
-        return 0 if dtype.kind != "O" else None
-    if isinstance(fill, str) and dtype.kind == "f":
-        return float(fill)  # "NaN", "Infinity"
-    if isinstance(fill, str) and dtype.kind in "SV":
-        return base64.standard_b64decode(fill)
-    return fill
 
 
 def values_hash(values: np.ndarray) -> str:

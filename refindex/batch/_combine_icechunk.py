@@ -2,9 +2,9 @@
 
 ``run_batch(..., format="icechunk", combine=REPO)``: the files are indexed as JSON (beside them,
 or under ``output``) and their manifest says which are new or changed, so a re-run with more
-inputs scans only those; the combine is made again from every file's index (reading an index
-is cheap, scanning a file is not) and replaces the repository's root dataset in **one new
-commit** (Icechunk's writer: :func:`refindex.formats.icechunk.write_icechunk`).  A file that
+inputs scans only those; the combine is made again from the saved state's digests of the
+unchanged files and the new files' indexes (:mod:`._combine_state`) and replaces the repository's
+root dataset in **one new commit** (Icechunk's writer: :func:`refindex.formats.icechunk.write_icechunk`).  A file that
 changed gets its new references; an input of the previous run that is gone fails the run
 naming it, before anything is written.  The arrays become v3 documents as a v3 index's do:
 dimension names in ``dimension_names``, ``_FillValue`` in xarray's v3 encoding.
@@ -61,6 +61,22 @@ def write_combined_icechunk(out: OutLayout, target: Any, sources: list[str]) -> 
     prov = {"combined": {"files": out.files, "sources": len(sources)}}
     summary = write_icechunk(tree_of(out, prov), target, version=__version__)
     return str(summary["snapshot"])
+
+
+def branch_tip(target: Any) -> str | None:
+    """The snapshot at the tip of ``target``'s branch (what the combine's saved state must match); None when
+    there is no repository or branch yet, or it cannot be read."""
+    import icechunk as ic
+
+    from ..formats.icechunk import storage_of
+
+    try:
+        storage = storage_of(target.repo, target.storage_options)
+        if not ic.Repository.exists(storage):
+            return None
+        return str(ic.Repository.open(storage).lookup_branch(target.branch))
+    except Exception:  # noqa: BLE001 - cannot tell: the state is not trusted
+        return None
 
 
 def vanished(gone: list[str]) -> None:

@@ -137,8 +137,10 @@ class Combination:
         raw = d.values[self.dim].reshape(-1)
         if missing_steps(d, self.dim, raw):
             raise RefindexError(f"{self.dim!r} has missing steps (values equal to its fill value)", file=d.source)
-        enc = encoding_of(d.zattrs[self.dim], d.zarrays[self.dim]["dtype"])
-        steps, enc = decode_steps(raw, enc, d.source, self.dim)
+        if d.decoded is None:  # (a digest from the combine's saved state holds them decoded)
+            d.decoded = decode_steps(raw, encoding_of(d.zattrs[self.dim], d.zarrays[self.dim]["dtype"]), d.source,
+                                     self.dim)
+        steps, enc = d.decoded
         if self.enc is None:
             self.enc = enc
             self.steps, self.raw = Column(steps.dtype), Column(raw.dtype)

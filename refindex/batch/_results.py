@@ -8,9 +8,9 @@ from typing import Any, Literal
 Status = Literal["indexed", "up_to_date", "failed"]
 
 
-@dataclass
+@dataclass(slots=True)
 class FileResult:
-    """One manifest row: what happened to one input."""
+    """One manifest row: what happened to one input (slots: a batch keeps one per input, 10^5 of them)."""
 
     source: str
     index: str  # the index file or folder; the repository for Icechunk (its group in ``group``)

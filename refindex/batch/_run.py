@@ -5,6 +5,7 @@ workers or Dask), results collected into the manifest, an Icechunk commit or a c
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Unpack
@@ -20,7 +21,7 @@ from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs
 from ._manifest import current_infos, options_fingerprint, plan, read_manifest, write_manifest
 from ._results import BatchReport, FileResult
-from ._runners import run_dask, run_inline, run_local
+from ._runners import run_dask, run_inline, run_local, start_workers
 from ._task import Task
 
 
@@ -86,15 +87,15 @@ def run_batch(
     template = _template(check)
     previous = {} if force else read_manifest(manifest_url, storage_options)
     if combiner is not None:
-        combiner.check_inputs(previous, sources)
+        combiner.prepare(fingerprint, sources, force, previous)
+    n_workers, started = _workers(workers, dask, len(sources))  # starting while the plan asks the store
     rows, jobs = plan(sources, known, previous, format, out, root, fingerprint, force, storage_options)
-    n_workers = (os.cpu_count() or 1) if workers is None else int(workers)
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
     tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
     collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
                          _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
     try:
-        _run(tasks, dask, n_workers, timeout, collect, in_flight)
+        _run(tasks, dask, n_workers, timeout, collect, in_flight, started)
     finally:
         collect.close()
         # Also on interruption: what finished is recorded (unfinished inputs are simply absent).
@@ -102,7 +103,7 @@ def run_batch(
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
     if combiner is not None:
-        report.combined, report.extra["snapshot"] = combiner.finish(), combiner.snapshot
+        combiner.finish_into(report)
     return report
 
 
@@ -152,8 +153,18 @@ def _batch_options(options: ScanOptions | None, keywords: ScanKeywords, storage_
     return chosen
 
 
+def _workers(workers: int | None, dask: Any, inputs: int) -> tuple[int, list[Any]]:
+    """The number of local workers, and those started already: a worker's interpreter and imports take
+    about as long as a re-run's freshness checks over a remote store, so both happen at once."""
+    n = (os.cpu_count() or 1) if workers is None else int(workers)
+    return n, (start_workers(min(n, inputs)) if dask is None and n > 0 else [])
+
+
 def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, collect: Any,
-         in_flight: int = 1) -> None:
+         in_flight: int = 1, started: list[Any] | None = None) -> None:
+    if not tasks or dask is not None or n_workers <= 0:
+        for w in started or []:  # not needed after all (every input up to date)
+            threading.Thread(target=w.close, daemon=True).start()
     if not tasks:
         return
     if dask is not None:
@@ -161,7 +172,7 @@ def _run(tasks: list[Task], dask: Any, n_workers: int, timeout: float | None, co
     elif n_workers <= 0:
         run_inline(tasks, collect, in_flight)
     else:
-        run_local(tasks, min(n_workers, len(tasks)), timeout, collect, in_flight)
+        run_local(tasks, min(n_workers, len(tasks)), timeout, collect, in_flight, started)
 
 
 def _icechunk_target(output: Any, branch: str, repository_options: dict[str, Any] | None,

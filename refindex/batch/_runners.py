@@ -35,17 +35,27 @@ def run_inline(tasks: list[Task], on_result: OnResult, in_flight: int = 1) -> No
             on_result(row)
 
 
+def start_workers(count: int) -> list[Worker]:
+    """``count`` worker processes started now (see :meth:`Worker.start`), for :func:`run_local`."""
+    return [Worker().start() for _ in range(max(0, count))]
+
+
 def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result: OnResult,
-              in_flight: int = 1) -> None:
+              in_flight: int = 1, started: list[Worker] | None = None) -> None:
     """``workers`` threads, each driving one isolated worker process, a group of files at a time
-    (:func:`group_tasks`: remote files several at once, their round trips overlapped; local ones alone).
+    (:func:`group_tasks`: remote files several at once, their round trips overlapped; local ones alone);
+    ``started``: workers already started (:func:`start_workers`), used first.
 
     A group whose worker crashes, or overruns while one file has run past its own limit, makes that
     file (the group notes which it scans, :func:`~refindex.batch._task.marked`) a failed row; the
     files before it run again alone (their rows died with the worker), those after it as a group."""
     pool: queue.SimpleQueue[Worker] = queue.SimpleQueue()
     groups = group_tasks(tasks, workers, in_flight)
-    all_workers = [Worker() for _ in range(min(workers, len(groups)))]
+    n = min(workers, len(groups))
+    started = list(started or [])
+    for w in started[n:]:  # more than the groups need
+        threading.Thread(target=w.close, daemon=True).start()
+    all_workers = started[:n] + [Worker() for _ in range(n - len(started[:n]))]
     for w in all_workers:
         pool.put(w)
 
@@ -87,9 +97,10 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
         return before + [row] + run_group(w, group[i + 1:])
 
     ex = ThreadPoolExecutor(max_workers=len(all_workers), thread_name_prefix="refindex-batch")
-    futures = [ex.submit(run, g) for g in groups]
+    futures = {ex.submit(run, g) for g in groups}
     try:
         for fut in as_completed(futures):
+            futures.discard(fut)  # its rows are let go once taken (a batch of 10^5 files held them all)
             for row in fut.result():
                 on_result(row)
     finally:

@@ -270,6 +270,15 @@ class Worker:
             raise WorkerCrashed(f"the worker process started with {msg!r} instead of {READY!r}", file=label)
         self._fresh = False
 
+    def start(self) -> "Worker":
+        """Start the process now (its interpreter and imports) instead of on the first job: a batch starts its
+        workers while it still asks the store which files changed."""
+        with self._lock:
+            if not self._alive():
+                self._kill()
+                self._start()
+        return self
+
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
