@@ -103,8 +103,8 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
     futures: set[Future] = set()
     try:
         while True:
-            # A window of groups submitted, not every one: a future (and its work item) per local file
-            # held from the start cost ~1 KB each in this process (10^5 files: 100 MB).
+            # A window of groups submitted, not every one: a future and a work item per local file
+            # (10^5 of them) held from the start grow this process with the archive.
             for g in itertools.islice(waiting, max(0, WINDOW * len(all_workers) - len(futures))):
                 futures.add(ex.submit(run, g))
             if not futures:
