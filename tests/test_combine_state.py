@@ -117,6 +117,30 @@ def test_append_reads_only_new_indexes_and_equals_a_full_run(tmp_path, name):
         batch(every, out, idx)
 
 
+def test_the_state_keeps_a_coordinate_every_file_repeats_once(tmp_path):
+    """Each file's index holds its ``x`` coordinate inline (256 bytes, the same in every file, as lat/lon in an
+    archive): the state keeps those bytes once, not once a file (the coordinator held them all: 2 KB a file in
+    P9's archive), and an append from that state is still the full run's dataset, the earliest file new."""
+    x = np.arange(32.0)
+
+    def grid(start: str, seed: int) -> xr.Dataset:
+        rng = np.random.default_rng(seed)
+        return xr.Dataset({"temp": (("time", "x"), rng.standard_normal((4, 32)))},
+                          coords={"time": pd.date_range(start, periods=4), "x": x})
+
+    first = write(tmp_path / "nc", {f"f{i}.nc": grid(f"2000-02-{1 + 4 * i:02d}", i) for i in range(1, 4)})
+    every = sorted(first + write(tmp_path / "nc", {"f0.nc": grid("2000-01-28", 0)}))
+    out, idx = tmp_path / "all.parq", tmp_path / "idx"
+    batch(first, out, idx)
+    with np.load(out / ".combine-state.npz") as z:
+        assert bytes(z["inline"]).count(x.tobytes()) == 1
+    assert spoil_indexes(idx) == 3
+    assert batch(every, out, idx).extra["combine"] == {"state": "used", "indexes_read": 1, "from_state": 3}
+    xr.testing.assert_identical(opened(out), on_files(every))
+    full = batch(every, tmp_path / "full.parq", tmp_path / "idx-full")
+    assert references(out) == references(tmp_path / "full.parq")
+
+
 def test_a_changed_file_is_read_again_even_when_its_index_is_up_to_date(tmp_path):
     """The state's digest of a file is used only for the file it saw: here the file changed and a batch
     without --combine re-indexed it, so the combined run finds every index up to date."""

@@ -105,7 +105,8 @@ class Combination:
         self.sources.append(d.source)
         self.position.append(np.array([position]))
         self.length.append(np.array([n]))
-        remap = np.array([self.url_ids.setdefault(u, len(self.url_ids)) for u in d.urls] + [-1], dtype=np.int32)
+        remap = np.array([self.url_ids.setdefault(d.source if u == d.source else u, len(self.url_ids))  # (held already)
+                          for u in d.urls] + [-1], dtype=np.int32)
         for name, cols in d.chunks.items():
             if self.kind[name] in ("once", "coordinate"):
                 continue  # the earliest file's are written (once), or values encoded anew (coordinate)

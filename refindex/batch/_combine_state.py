@@ -22,7 +22,9 @@ Where: in a parquet folder (``.combine-state.npz``), beside a JSON output as a h
 (``.<name>.combine-state.npz``), beside an Icechunk repository (``.<repo>.combine-state.npz``).
 One ``.npz`` (numpy's zip of arrays, no pickles): a JSON header, one JSON line per file (its
 metadata as numbers into a table of distinct documents: files mostly share them), and the files'
-chunk columns, inline bytes, values and steps concatenated, each with the end of every file's part.
+chunk columns, inline bytes, values and steps concatenated, each with the end of every file's part.  An
+inline chunk's offset is into the whole inline buffer, where a chunk of ``SHARED`` bytes or more is kept once
+(files of an archive mostly repeat their small coordinates, e.g. lat and lon: 2 KB a file in P9's).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from ._combine_plan import Column
 from ._combine_times import Encoding
 from ._combine_write import is_json
 
-STATE_VERSION = 2  # 2: the concat coordinate's values carry their dtype and shape
+STATE_VERSION = 3  # 2: the concat coordinate's values carry their dtype and shape; 3: inline chunks kept once
+SHARED = 64  # inline chunks of this many bytes or more are kept once however many files hold them
 COLUMNS = ("line_end", "rows_end", "url", "offset", "size", "coords", "coords_end", "inline", "inline_end",
            "values", "values_end", "steps", "steps_end")
 
@@ -107,6 +110,7 @@ class StateBuilder:
         self.cols.update(url=Column(np.int32), offset=Column(np.int64), size=Column(np.int64),
                          coords=Column(np.int64))
         self.inline, self.values, self.steps = bytearray(), bytearray(), bytearray()
+        self.shared: dict[bytes, int] = {}  # an inline chunk's bytes -> its offset in self.inline
 
     def doc(self, value: Any) -> int:
         return self.docs.setdefault(json.dumps(value), len(self.docs))
@@ -115,7 +119,7 @@ class StateBuilder:
         arrays = []
         for name, c in d.chunks.items():
             arrays.append([name, self.doc(d.zarrays[name]), self.doc(d.zattrs[name]), len(c.url)])
-            for key, values in (("url", c.url), ("offset", c.offset), ("size", c.size),
+            for key, values in (("url", c.url), ("offset", self.keep_inline(d.inline, c)), ("size", c.size),
                                 ("coords", c.coords.reshape(-1))):
                 self.cols[key].append(values)
         enc = None
@@ -129,11 +133,27 @@ class StateBuilder:
                "hashes": self.doc(d.hashes), "urls": d.urls, "enc": enc}
         self.sources.append(d.source)
         self.lines += json.dumps(rec).encode("utf-8") + b"\n"
-        self.inline += d.inline
         for key, n in (("line", len(self.lines)), ("rows", self.cols["url"].n),
                        ("coords", self.cols["coords"].n), ("inline", len(self.inline)),
                        ("values", len(self.values)), ("steps", len(self.steps))):
             self.cols[key + "_end"].append(np.array([n]))
+
+    def keep_inline(self, blob: bytes, c: ChunkColumns) -> np.ndarray:
+        """``c``'s offsets with its inline chunks' bytes in the state's buffer (a repeated one kept once)."""
+        rows = np.flatnonzero(c.url == -1).tolist()
+        if not rows:
+            return c.offset
+        out = c.offset.copy()
+        for r in rows:
+            data = bytes(blob[int(c.offset[r]):int(c.offset[r] + c.size[r])])
+            at = self.shared.get(data) if len(data) >= SHARED else None
+            if at is None:
+                at = len(self.inline)
+                self.inline += data
+                if len(data) >= SHARED:
+                    self.shared[data] = at
+            out[r] = at
+        return out
 
     def save(self, location: str, header: dict[str, Any], storage_options: dict[str, Any] | None) -> None:
         """Write the state (whole or not at all); a failure is said on stderr, never fails the run.  Written
@@ -218,8 +238,7 @@ class SavedState:
                                           self.a["url"][r0:r0 + n], self.a["offset"][r0:r0 + n],
                                           self.a["size"][r0:r0 + n])
             r0, c0 = r0 + n, c0 + n * ndim
-        i0, i1 = self.span("inline", k)
-        d.inline = self.a["inline"][i0:i1].tobytes()
+        d.inline = gather_inline(self.a["inline"], d)
         if rec["enc"] is not None:
             units, calendar, dtype, kind, steps_dtype, values_dtype, shape = rec["enc"]
             v0, v1 = self.span("values", k)
@@ -229,6 +248,20 @@ class SavedState:
             steps = np.frombuffer(self.a["steps"][s0:s1].tobytes(), dtype=np.dtype(steps_dtype))
             d.decoded = (steps, Encoding(units, calendar, dtype, kind))
         return d
+
+
+def gather_inline(blob: np.ndarray, d: FileDigest) -> bytes:
+    """The saved file's inline chunks in a buffer of its own (``d``'s offsets made into it)."""
+    pieces, at = [], 0
+    for c in d.chunks.values():
+        rows = np.flatnonzero(c.url == -1).tolist()
+        if rows:
+            c.offset = c.offset.copy()  # a view of the state's column: not changed
+        for r in rows:
+            o, n = int(c.offset[r]), int(c.size[r])
+            pieces.append(blob[o:o + n].tobytes())
+            c.offset[r], at = at, at + n
+    return b"".join(pieces)
 
 
 def load_state(location: str, header: dict[str, Any], output: dict[str, Any] | None,

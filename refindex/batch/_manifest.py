@@ -14,13 +14,13 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from .. import urls
 from ..errors import RefindexError
 from ..options import INDEX_FORM, ScanOptions
 from ..source import file_info, same_mtime
-from ..formats import ZMETADATA, atomic_write_bytes, output_error
+from ..formats import ZMETADATA, atomic_file, atomic_write_bytes, output_error
 from ._inputs import Format, index_location
 from ._listing import listed
 from ._results import FileResult
@@ -127,21 +127,17 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None) -> di
     return {r["source"]: r for r in rows if isinstance(r, dict) and r.get("source")}
 
 
-def write_manifest(rows: list[dict[str, Any]], url: str, storage_options: dict[str, Any] | None = None) -> None:
-    """Write the manifest atomically (JSON lines, or parquet when ``url`` ends in .parquet)."""
-    if url.endswith(".parquet"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        table = pa.Table.from_pylist([{**r, "mtime": None if r.get("mtime") is None else str(r["mtime"])}
-                                      for r in rows])
-        buf = io.BytesIO()
-        pq.write_table(table, buf)
-        data = buf.getvalue()
-    else:
-        data = "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+def write_manifest(rows: Iterable[dict[str, Any]], url: str, storage_options: dict[str, Any] | None = None) -> None:
+    """Write the manifest atomically (JSON lines, or parquet when ``url`` ends in .parquet).  A local JSON-lines
+    manifest is written a row at a time (a batch of 10^5 inputs never holds every row's dict and line at once)."""
     protocol, path = urls.split(url)
     try:
+        if protocol == "file" and not url.endswith(".parquet"):
+            with atomic_file(path, "the manifest") as fh:
+                for r in rows:
+                    fh.write(_line(r))
+            return
+        data = _parquet(list(rows)) if url.endswith(".parquet") else b"".join(_line(r) for r in rows)
         if protocol == "file":
             atomic_write_bytes(path, data, "the manifest")
         else:
@@ -149,6 +145,20 @@ def write_manifest(rows: list[dict[str, Any]], url: str, storage_options: dict[s
             fs.pipe_file(p, data)
     except Exception as e:
         raise output_error(e, url, "the manifest") from e
+
+
+def _line(row: dict[str, Any]) -> bytes:
+    return (json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _parquet(rows: list[dict[str, Any]]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([{**r, "mtime": None if r.get("mtime") is None else str(r["mtime"])} for r in rows])
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
 
 
 # ------------------------------------------------------------------ planning

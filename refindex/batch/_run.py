@@ -92,7 +92,7 @@ def run_batch(
     rows, jobs = plan(sources, known, previous, format, out, root, fingerprint, force, storage_options)
     isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
     tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
-    collect = _Collector(rows, {src: i for i, src, _ in jobs}, template, storage_options,
+    collect = _Collector(rows, {job[1]: job for job in jobs}, template, storage_options,
                          _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
     try:
         _run(tasks, dask, n_workers, timeout, collect, in_flight, started)
@@ -212,7 +212,7 @@ def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOp
     isolated = isolate and (dask is not None or n_workers <= 0)
     tasks = [Task(src, target.repo, "icechunk", scan_options, None, fingerprint, isolated, timeout, group=group)
              for _, src, group in jobs]
-    collect = _Collector(rows, {src: i for i, src, _ in jobs}, None, target.source_options,
+    collect = _Collector(rows, {job[1]: job for job in jobs}, None, target.source_options,
                          _progress(len(tasks), len(sources) - len(tasks), progress), take=ice.take)
     try:
         _run(tasks, dask, n_workers, timeout, collect)
@@ -235,7 +235,7 @@ def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOp
 def save_manifest(rows: list[FileResult | None], url: str, storage_options: dict[str, Any] | None) -> str | None:
     """Write the manifest; None, or why it could not be written (the rows stay in the report either way)."""
     try:
-        write_manifest([r.as_dict() for r in rows if r is not None], url, storage_options)
+        write_manifest((r.as_dict() for r in rows if r is not None), url, storage_options)
     except RefindexError as e:
         return " ".join(str(e).split())
     return None
@@ -288,11 +288,16 @@ def _template(check: Any) -> Any:
 
 
 class _Collector:
-    """Takes each finished row: checks it against the template, puts it in place, moves the bar."""
+    """Takes each finished row: checks it against the template, puts it in place, moves the bar.
 
-    def __init__(self, rows: list[FileResult | None], position: dict[str, int], template: Any,
+    A batch keeps every row to the end (the manifest, the report): a row's strings are the plan's own
+    objects (its source and index) or shared with the rows before it (options, time finished), not the
+    copies each row arrives with from its worker."""
+
+    def __init__(self, rows: list[FileResult | None], jobs: dict[str, tuple[int, str, str]], template: Any,
                  storage_options: dict[str, Any] | None, bar: Any, take: Any = None, combine: Any = None):
-        self.rows, self.position, self.template = rows, position, template
+        self.rows, self.jobs, self.template = rows, jobs, template  # jobs: source -> (position, source, index)
+        self.texts: dict[str, str] = {}
         self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
         self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
@@ -316,15 +321,29 @@ class _Collector:
         tree = row.pop("tree", None)
         if self.take is not None and tree is not None and row["status"] == "indexed":
             row = self.take(row, tree)
-        result = FileResult(**row)
+        position, source, where = self.jobs[row["source"]]
+        result = FileResult(**self.shared(row, source, where))
         self.check(result)
-        self.rows[self.position[row["source"]]] = result
+        self.rows[position] = result
         if self.combine is not None:
-            self.combine.add(result, self.position[row["source"]])
+            self.combine.add(result, position)
         self.failed += row["status"] == "failed"
         if self.bar is not None:
             self.bar.set_postfix(failed=self.failed, refresh=False)
             self.bar.update(1)
+
+    def shared(self, row: dict[str, Any], source: str, where: str) -> dict[str, Any]:
+        """``row`` with its strings replaced by equal ones already held (see the class docstring)."""
+        row["source"] = source
+        for key in ("index", "group"):
+            if row.get(key) == where:
+                row[key] = where
+        if len(self.texts) > 1024:  # times of the last few seconds are what repeats
+            self.texts.clear()
+        for key in ("options", "finished"):
+            if isinstance(row.get(key), str):
+                row[key] = self.texts.setdefault(row[key], row[key])
+        return row
 
     def close(self) -> None:
         if self.bar is not None:

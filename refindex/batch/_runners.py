@@ -11,6 +11,7 @@ index itself, so it needs access to both.
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import tempfile
@@ -18,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ..errors import RefindexError, WorkerCrashed, WorkerTimeout
@@ -27,6 +28,7 @@ from ..options import time_limit_of
 from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one, marked
 
 OnResult = Callable[[dict[str, Any]], None]
+WINDOW = 8  # groups submitted per local worker at a time (the next one is always waiting for it)
 
 
 def run_inline(tasks: list[Task], on_result: OnResult, in_flight: int = 1) -> None:
@@ -97,12 +99,20 @@ def run_local(tasks: list[Task], workers: int, timeout: float | None, on_result:
         return before + [row] + run_group(w, group[i + 1:])
 
     ex = ThreadPoolExecutor(max_workers=len(all_workers), thread_name_prefix="refindex-batch")
-    futures = {ex.submit(run, g) for g in groups}
+    waiting = iter(groups)
+    futures: set[Future] = set()
     try:
-        for fut in as_completed(futures):
-            futures.discard(fut)  # its rows are let go once taken (a batch of 10^5 files held them all)
-            for row in fut.result():
-                on_result(row)
+        while True:
+            # A window of groups submitted, not every one: a future and a work item per local file
+            # (10^5 of them) held from the start grow this process with the archive.
+            for g in itertools.islice(waiting, max(0, WINDOW * len(all_workers) - len(futures))):
+                futures.add(ex.submit(run, g))
+            if not futures:
+                break
+            done, futures = wait(futures, return_when=FIRST_COMPLETED)
+            for fut in done:  # its rows are let go once taken
+                for row in fut.result():
+                    on_result(row)
     finally:
         for f in futures:
             f.cancel()

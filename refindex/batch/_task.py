@@ -25,9 +25,9 @@ from ._manifest import now_text
 from ._results import FileResult
 
 
-@dataclass
+@dataclass(slots=True)
 class Task:
-    """One input of a batch: where its index goes and how it is made."""
+    """One input of a batch: where its index goes and how it is made (slots: a batch plans one per input)."""
 
     source: str
     index: str
