@@ -274,10 +274,14 @@ class Worker:
         """Start the process now (its interpreter and imports) instead of on the first job: a batch starts its
         workers while it still asks the store which files changed."""
         with self._lock:
-            if not self._alive():
-                self._kill()
-                self._start()
+            self._running()
         return self
+
+    def _running(self) -> None:
+        """A live process (a new one if there is none or it died); the caller holds the lock."""
+        if not self._alive():
+            self._kill()
+            self._start()
 
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -321,9 +325,7 @@ class Worker:
         label = label or (str(kwargs.get("source")) if kwargs.get("source") is not None else None)
         _check_job(job)
         with self._lock:
-            if not self._alive():
-                self._kill()
-                self._start()
+            self._running()
             pid = self._proc.pid
             try:
                 if self._fresh:
