@@ -6,7 +6,11 @@ headers and sends its body at ``bandwidth`` (per connection); the server counts 
 bytes, so benchmarks can report what a reader fetched.
 ``GET /_store/counts`` returns those counts as JSON (neither counted nor delayed), so a
 reader in another process can tell what each of its own steps fetched.
-fsspec's ``http`` filesystem reads it like any web server or presigned S3 URL.
+fsspec's ``http`` filesystem reads it like any web server or presigned S3 URL.  With ``bucket=``
+it also speaks the part of the S3 API a reader of an archive uses (path-style ``HEAD``/``GET`` of
+``/<bucket>/<key>`` and ``ListObjectsV2`` with prefix, delimiter and pages of 1,000 keys), so s3fs
+reads it as a bucket (:meth:`LatencyStore.s3_options`): a listing is one request per 1,000 objects,
+each with its size, ETag and Last-Modified, as a real store's.
 
 It runs on an event loop in a thread of its own (uvloop's where installed, the ``bench``
 extra; benchmarks run the readers in child processes): waiting costs a timer, not a thread,
@@ -35,6 +39,8 @@ import threading
 import time
 from email.utils import formatdate
 from typing import Any
+from urllib.parse import parse_qs, quote, unquote
+from xml.sax.saxutils import escape
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 COUNTS_PATH = "/_store/counts"
@@ -54,8 +60,9 @@ class _Closed(Exception):
 class _Store:
     """The store's state (its folder, costs and counts) and the handling of one connection."""
 
-    def __init__(self, root: str, latency: float, bandwidth: float):
+    def __init__(self, root: str, latency: float, bandwidth: float, bucket: str | None = None):
         self.root = os.path.realpath(root)
+        self.bucket = bucket  # S3 too: /<bucket>/<key> is <root>/<key>; GET /<bucket>?list-type=2 lists
         self.latency = latency
         self.bandwidth = bandwidth
         self.requests = 0
@@ -98,8 +105,8 @@ class _Store:
                     break
                 if not await self.request(head, reader, writer):
                     break
-        except (ConnectionError, _Closed):
-            pass  # a client that hangs up mid-response (a reader that gave up) is no error of the store
+        except (ConnectionError, _Closed, asyncio.CancelledError):
+            pass  # a client that hangs up mid-response (a reader that gave up), or the store closing: no error
         finally:
             writer.close()
 
@@ -137,7 +144,9 @@ class _Store:
         if full == "":
             if len(self._paths) > 10_000:
                 self._paths.clear()
-            rel = target.split("?", 1)[0].lstrip("/")
+            rel = unquote(target.split("?", 1)[0]).lstrip("/")
+            if self.bucket is not None and rel.startswith(self.bucket + "/"):
+                rel = rel[len(self.bucket) + 1:]
             full = os.path.realpath(os.path.join(self.root, rel))
             full = self._paths[target] = full if full.startswith(self.root + os.sep) else None
         if full is None:
@@ -164,14 +173,77 @@ class _Store:
         found = self.resolve(target)
         if found is None:
             return self.respond(writer, 404, {"Content-Length": "0"})
-        st = found[1]
-        self.respond(writer, 200, {"Content-Length": str(st.st_size), "Accept-Ranges": "bytes",
-                                   "ETag": f'"{int(st.st_mtime)}-{st.st_size}"'})
+        self.respond(writer, 200, {"Content-Length": str(found[1].st_size), "Accept-Ranges": "bytes",
+                                   **self.validators(found[1])})
+
+    def validators(self, st: os.stat_result) -> dict[str, str]:
+        """ETag on every answer, as S3 sends it; in S3 mode also Last-Modified (what s3fs's info reads)."""
+        out = {"ETag": _etag(st)}
+        if self.bucket is not None:
+            out["Last-Modified"] = formatdate(int(st.st_mtime), usegmt=True)
+        return out
+
+    def listing(self, query: str) -> tuple[int, bytes]:
+        """A ListObjectsV2 answer: keys under ``prefix`` after the continuation token, sorted, at most
+        ``max-keys`` (1,000) a page; with a ``delimiter`` a deeper key is rolled into its common prefix."""
+        q = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        if q.get("list-type") != "2":
+            return 501, b""
+        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+        after = q.get("continuation-token") or q.get("start-after") or ""
+        limit = min(1000, int(q.get("max-keys") or 1000))
+        entries: list[tuple[str, os.stat_result | None]] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            base = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            if not (base.startswith(prefix) or prefix.startswith(base)):
+                dirnames[:] = []
+                continue
+            for name in filenames:
+                key = base + name
+                if key.startswith(prefix):
+                    entries.append((key, os.stat(os.path.join(dirpath, name))))
+        shown: dict[str, os.stat_result | None] = {}
+        for key, st in entries:
+            if delimiter and delimiter in key[len(prefix):]:
+                key, st = key[:len(prefix) + key[len(prefix):].index(delimiter) + len(delimiter)], None
+            shown.setdefault(key, st)
+        keys = sorted(k for k in shown if k > after)
+        page, more = keys[:limit], len(keys) > limit
+        enc = (lambda t: quote(t, safe="/")) if q.get("encoding-type") == "url" else escape
+        parts = [f"<Name>{self.bucket}</Name><Prefix>{enc(prefix)}</Prefix><KeyCount>{len(page)}</KeyCount>"
+                 f"<MaxKeys>{limit}</MaxKeys><IsTruncated>{'true' if more else 'false'}</IsTruncated>"]
+        if delimiter:
+            parts.append(f"<Delimiter>{enc(delimiter)}</Delimiter>")
+        if q.get("encoding-type") == "url":
+            parts.append("<EncodingType>url</EncodingType>")
+        if more:
+            parts.append(f"<NextContinuationToken>{escape(page[-1])}</NextContinuationToken>")
+        for key in page:
+            st = shown[key]
+            if st is None:
+                parts.append(f"<CommonPrefixes><Prefix>{enc(key)}</Prefix></CommonPrefixes>")
+            else:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(int(st.st_mtime)))
+                parts.append(f"<Contents><Key>{enc(key)}</Key><LastModified>{stamp}</LastModified>"
+                             f"<ETag>{escape(_etag(st))}</ETag><Size>{st.st_size}</Size>"
+                             "<StorageClass>STANDARD</StorageClass></Contents>")
+        body = ('<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult '
+                'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' + "".join(parts) + "</ListBucketResult>")
+        return 200, body.encode()
 
     async def get(self, target: str, rng: str | None, writer: asyncio.StreamWriter) -> None:
         if target == COUNTS_PATH:
             body = json.dumps(self.counts()).encode()
             return self.respond(writer, 200, {"Content-Type": "application/json", "Content-Length": str(len(body))},
+                                body)
+        path, _, query = target.partition("?")
+        if self.bucket is not None and path.strip("/") == self.bucket:  # ListObjectsV2
+            self.count(0)
+            code, body = self.listing(query)
+            await self.wait(len(body) / self.bandwidth if self.bandwidth else 0.0)
+            self.count(len(body), request=False)
+            return self.respond(writer, code, {"Content-Type": "application/xml", "Content-Length": str(len(body))},
                                 body)
         found = self.resolve(target)
         if found is None:
@@ -194,8 +266,7 @@ class _Store:
                 return self.respond(writer, 416, {"Content-Length": "0"})
             status = 206
         self.count(0)
-        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes",
-                   "ETag": f'"{int(found[1].st_mtime)}-{size}"'}  # on every answer, as S3 sends it
+        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes", **self.validators(found[1])}
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
         fd = self.descriptor(full, found[1])
@@ -251,6 +322,10 @@ class _Store:
         writer.write(("\r\n".join(text) + "\r\n\r\n").encode("latin-1") + body)
 
 
+def _etag(st: os.stat_result) -> str:
+    return f'"{int(st.st_mtime)}-{st.st_size}"'
+
+
 def _new_loop() -> asyncio.AbstractEventLoop:
     """uvloop's event loop where installed (``LATENCY_STORE_LOOP=asyncio`` to compare), else asyncio's."""
     if os.environ.get("LATENCY_STORE_LOOP", "uvloop") == "uvloop":
@@ -270,8 +345,9 @@ class LatencyStore:
     connection.  ``store.reset()`` zeroes the counters, ``store.counts()`` reads them.
     """
 
-    def __init__(self, root: str | os.PathLike, latency: float = 0.030, bandwidth: float = 50e6):
-        self._store = _Store(os.fspath(root), latency, bandwidth)
+    def __init__(self, root: str | os.PathLike, latency: float = 0.030, bandwidth: float = 50e6,
+                 bucket: str | None = None):
+        self._store = _Store(os.fspath(root), latency, bandwidth, bucket)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -284,6 +360,15 @@ class LatencyStore:
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
+
+    def s3_url(self, name: str) -> str:
+        """``s3://<bucket>/<name>``: the store's file ``name`` as s3fs names it (``bucket=`` given)."""
+        assert self._store.bucket is not None, "LatencyStore(..., bucket=...) speaks S3"
+        return f"s3://{self._store.bucket}/{name}"
+
+    def s3_options(self) -> dict[str, Any]:
+        """s3fs's storage options for the store: its endpoint, unsigned requests (no credentials to find)."""
+        return {"endpoint_url": self.base, "anon": True, "client_kwargs": {"region_name": "us-east-1"}}
 
     def reset(self) -> None:
         with self._store.lock:

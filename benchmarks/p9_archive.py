@@ -21,7 +21,8 @@ combine="by_coords")``.  Goals of issue #43 item 4, from the same run: >= 3x ker
 HDFParser, >= 2x refindex a file at a time (or the baseline tree), the same on Dask.
 
 ``--append 100`` adds an append: per output kind (JSON, parquet, Icechunk), a full run over ``--files`` +
-100 files against the same command after a run over the first ``--files`` (time, requests, HEADs, CPU, what
+100 files against the same command after a run over the first ``--files`` on the latency store speaking S3
+(``--store http``: plain URLs, a HEAD per unchanged input) (time, requests, HEADs, CPU, what
 the combine read; with ``--baseline`` also the baseline tree's append).  ``--curve 1000,10000`` adds the
 whole batch's memory (coordinator and workers, sampled) combining local files into parquet; the files are
 one template with its time value rewritten (100,000 take two minutes to write, the batch over them hours on
@@ -31,6 +32,7 @@ one template with its time value rewritten (100,000 take two minutes to write, t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -195,6 +197,8 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
     from refindex.batch import run_batch
 
     kw: dict[str, Any] = {"workers": 2, "progress": False, "output": out, "manifest": os.path.join(out, "m.jsonl")}
+    if os.environ.get("P9_STORAGE_OPTIONS"):  # the inputs are s3:// URLs of the latency store speaking S3
+        kw["storage_options"] = json.loads(os.environ["P9_STORAGE_OPTIONS"])
     if mode == "one-at-a-time":
         kw["in_flight"] = 1 if "in_flight" in run_batch.__code__.co_varnames else None
         if kw["in_flight"] is None:
@@ -366,9 +370,13 @@ CHILDREN = {"refindex": child_refindex, "kerchunk": child_kerchunk, "vz": child_
 
 
 # ---------------------------------------------------------------- parent side
-def run_one(child: str, args: list[str], timeout: float, pythonpath: str | None = None) -> dict[str, Any]:
-    """``child`` in a fresh process (with ``pythonpath`` first on the path: another refindex tree)."""
+def run_one(child: str, args: list[str], timeout: float, pythonpath: str | None = None,
+            storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``child`` in a fresh process (with ``pythonpath`` first on the path: another refindex tree;
+    ``storage_options``: the inputs' fsspec options, for refindex's children)."""
     env = dict(os.environ, RUST_LOG="error")
+    if storage_options is not None:
+        env["P9_STORAGE_OPTIONS"] = json.dumps(storage_options)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = run_child(os.path.abspath(__file__), child, args, timeout, env=env)
@@ -507,20 +515,24 @@ APPEND_KINDS = {"JSON": "combine", "parquet": "parquet", "Icechunk": "icechunk"}
 
 
 def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float,
-                   baseline: str | None = None) -> str:
+                   baseline: str | None = None, store_kind: str = "s3") -> str:
     """Adding ``extra`` files to a combined archive of ``n`` against combining all ``n + extra`` anew.
 
     Per output kind and round, in fresh processes, interleaved: a full run over the ``n + extra`` files
     into an empty folder, and an append: a run over the first ``n`` (not timed), then the timed run over
     all of them in the same folder (manifest, per-file indexes, combined output and its state kept).
-    ``baseline``: also the append of another refindex tree (the code before the combine's saved state)."""
+    ``baseline``: also the append of another refindex tree (the code before the combine's saved state).
+    ``store_kind``: ``s3`` (the store speaks S3: inputs are ``s3://`` URLs read with s3fs, an unchanged
+    input's freshness comes from the bucket's listing) or ``http`` (plain URLs: one HEAD per input)."""
     from latency_store import LatencyStore
 
     folder, names = archive(n + extra)
     runs: dict[str, list[dict[str, Any]]] = {}
-    with LatencyStore(folder, latency, bandwidth) as store:
-        every = files_list([store.url(x) for x in names])
-        first = files_list([store.url(x) for x in names[:n]])
+    with LatencyStore(folder, latency, bandwidth, bucket="archive" if store_kind == "s3" else None) as store:
+        name_url = store.s3_url if store_kind == "s3" else store.url
+        so = store.s3_options() if store_kind == "s3" else None
+        every = files_list([name_url(x) for x in names])
+        first = files_list([name_url(x) for x in names[:n]])
         for _ in range(repeat):
             for label, mode in APPEND_KINDS.items():
                 for what in ("full", "append") + (("append, before",) if baseline else ()):
@@ -528,11 +540,11 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
                     out = tempfile.mkdtemp(prefix="p9-append-", dir=OUT)
                     try:
                         if what != "full":
-                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout, tree)
+                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout, tree, so)
                             if setup.get("status") != "ok":
                                 runs.setdefault(f"{label} {what}", []).append(setup)
                                 continue
-                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree)
+                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree, so)
                     finally:
                         shutil.rmtree(out, ignore_errors=True)
                     runs.setdefault(f"{label} {what}", []).append(r)
@@ -561,13 +573,15 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
             if med.get("append, before"):
                 verdicts.append(f"- {label}, before (baseline tree): append / full run "
                                 f"{med['append, before']['seconds'] / med['full']['seconds']:.0%} of the time")
+            heads = (f" ({q_scan:.0%} without the HEAD per unchanged file that an HTTP store needs; an S3/GCS "
+                     "listing gives those a request per 1,000)") if store_kind == "http" else ""
             verdicts.append(f"- {label}: append / full run {t:.0%} of the time (goal <= 15%): "
-                            f"{verdict(t <= 0.15)}; {q:.0%} of the requests (goal <= 15%): {verdict(q <= 0.15)} "
-                            f"({q_scan:.0%} without the HEAD per unchanged file that an HTTP store needs; an S3/GCS "
-                            "listing gives those 1,000 a request)")
+                            f"{verdict(t <= 0.15)}; {q:.0%} of the requests (goal <= 15%): {verdict(q <= 0.15)}"
+                            + heads)
     return "\n".join([
-        f"### P9 append: {extra:,} new files added to a combined archive of {n:,} (latency store, "
-        f"{latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
+        f"### P9 append: {extra:,} new files added to a combined archive of {n:,} (latency store "
+        + ("speaking S3, read with s3fs" if store_kind == "s3" else "over plain HTTP")
+        + f", {latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
         f"{repeat} rounds, fresh processes, interleaved, median; full: all {n + extra:,} files into an empty folder; "
         f"append: the same command after a run over the first {n:,} (its manifest, per-file indexes, combined output "
         "and the combine's state kept); load average at the start: "
@@ -627,6 +641,8 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--curve", default="", help="file counts for the combine's memory curve, e.g. 1000,10000")
     p.add_argument("--append", type=int, default=0, help="also time adding this many files to --files (append)")
     p.add_argument("--skip-tools", action="store_true", help="only the append and/or the curve")
+    p.add_argument("--store", choices=("s3", "http"), default="s3",
+                   help="the append's store: S3 (s3fs; freshness from the bucket listing) or plain HTTP (a HEAD each)")
     a = p.parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
@@ -635,7 +651,7 @@ def main(argv: list[str] | None = None) -> str:
                        a.baseline, [w for w in a.only.split(",") if w])]
     if a.append:
         parts.append(append_section(a.files, a.append, a.repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6,
-                                    a.timeout, a.baseline))
+                                    a.timeout, a.baseline, a.store))
     if a.curve:
         parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
     text = "\n".join(parts)

@@ -4,7 +4,8 @@ Its answers and counts are what benchmarks report (requests, bytes per reader), 
 request is checked against the file's bytes and the counts it must leave: ranges (open-ended and
 suffix ones too), whole files, HEAD with its ETag, refusals (416, 404, outside the folder), the
 counts endpoint (neither counted nor delayed), keep-alive, the latency before the headers and the
-pacing of bodies; and fsspec's http filesystem reading through it, concurrently.
+pacing of bodies; and fsspec's http filesystem reading through it, concurrently; and its S3 face (s3fs
+listing, stating and reading it as a bucket).
 """
 
 from __future__ import annotations
@@ -118,3 +119,35 @@ def test_fsspec_reads_concurrently_through_it(folder):
         assert got == [data[s:s + 100] for s in starts]
         assert store.counts() == {"requests": 1 + len(starts), "head_requests": 1, "bytes": 100 * len(starts)}
         assert took < 0.05 * len(starts)  # side by side: one round trip after another takes at least this
+
+
+def test_s3fs_lists_states_and_reads_it_as_a_bucket(tmp_path):
+    """The archive benchmark's S3 store: a listing is one request per 1,000 keys, with each key's size,
+    ETag and Last-Modified equal to what HEAD says; deeper keys roll into common prefixes under a
+    delimiter; ranged reads return the file's bytes."""
+    import s3fs
+
+    for i in range(1005):
+        (tmp_path / f"f{i:04d}.nc").write_bytes(b"x" * (i % 7 + 1))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "deep.nc").write_bytes(b"0123456789")
+    with latency_store.LatencyStore(tmp_path, latency=0.0, bandwidth=0, bucket="archive") as store:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **store.s3_options())
+        listed = fs.ls("archive", detail=True)
+        assert store.counts() == {"requests": 2, "head_requests": 0, "bytes": store.counts()["bytes"]}  # 2 pages
+        files = {e["name"]: e for e in listed if e["type"] == "file"}
+        assert sorted(files) == [f"archive/f{i:04d}.nc" for i in range(1005)]
+        assert [e["name"] for e in listed if e["type"] == "directory"] == ["archive/sub"]
+        assert all(e["size"] == int(e["name"][-7:-3]) % 7 + 1 for e in files.values())
+        assert store.s3_url("sub/deep.nc") == "s3://archive/sub/deep.nc"
+        assert fs.find("archive/sub") == ["archive/sub/deep.nc"]
+        assert fs.glob("archive/f100*.nc") == [f"archive/f100{i}.nc" for i in range(5)]
+        fs.invalidate_cache()
+        head = fs.info("archive/f0003.nc")  # a HEAD: the same identity as the listing's entry
+        assert store.counts()["head_requests"] == 1
+        assert (head["size"], head["ETag"], head["LastModified"]) == (
+            files["archive/f0003.nc"]["size"], files["archive/f0003.nc"]["ETag"],
+            files["archive/f0003.nc"]["LastModified"])
+        assert fs.cat_file("archive/sub/deep.nc", start=2, end=5) == b"234"
+        with pytest.raises(FileNotFoundError):
+            fs.info("archive/missing.nc")
