@@ -154,13 +154,10 @@ def _dask_window(client: Any, workers: int) -> int:
     return WINDOW * (threads or max(1, workers))
 
 
-def _dask_jobs(retry: deque[Task], waiting: Iterator[list[Task]], room: int) -> list[tuple[Any, Any, list[Task]]]:
-    """Up to ``room`` jobs to submit, (function, argument, its files): a failed group's files first, each alone."""
-    jobs: list[tuple[Any, Any, list[Task]]] = []
-    while retry and len(jobs) < room:
-        t = retry.popleft()
-        jobs.append((index_one, t, [t]))
-    return jobs + [(index_group, g, g) for g in itertools.islice(waiting, max(0, room - len(jobs)))]
+def _dask_jobs(retry: deque[Task], waiting: Iterator[list[Task]], room: int) -> list[list[Task]]:
+    """Up to ``room`` groups to submit (each returns its rows): a failed group's files first, each alone."""
+    jobs = [[retry.popleft()] for _ in range(min(room, len(retry)))]
+    return jobs + list(itertools.islice(waiting, max(0, room - len(jobs))))
 
 
 def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult, in_flight: int = 1) -> None:
@@ -179,8 +176,8 @@ def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult, in
         while True:
             if time.monotonic() - counted > DASK_RECOUNT:
                 window, counted = _dask_window(client, workers), time.monotonic()
-            for job, arg, group in _dask_jobs(retry, waiting, window - len(futures)):
-                fut = _submit(client, job, arg)
+            for group in _dask_jobs(retry, waiting, window - len(futures)):
+                fut = _submit(client, index_group, group)
                 futures[fut] = group
                 done.add(fut)
             if not futures:
