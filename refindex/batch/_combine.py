@@ -58,7 +58,7 @@ def warm_up() -> None:
 
 
 def read_digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None
-                ) -> tuple[Any, dict[str, Any] | None]:
+                ) -> tuple[dict[str, Any] | None, Any]:
     """The file's digest, and its index's identity taken just before reading it (kept in the state)."""
     return index_identity(index, storage_options), digest(source, index, dim, storage_options)
 
@@ -204,7 +204,8 @@ class Combiner:
             return
         from ._manifest import current_infos
 
-        held = [r.index for r in rows if r is not None and r.status == "up_to_date" and r.source in self.saved.by_source]
+        held = [r.index for r in rows
+                if r is not None and r.status == "up_to_date" and r.source in self.saved.by_source]
         self.indexes_now = {i: info for i, info in current_infos(held, {}, self.storage_options).items()
                             if isinstance(info, dict)}
 
