@@ -198,6 +198,65 @@ def test_cli_dask_scheduler_address(data, tmp_path):
             assert json.load(fh) == json_roundtrip(refindex.scan(source)), source
 
 
+def _pending_plugin():
+    """A scheduler plugin noting the most refindex tasks (keys ``refindex-index-*``) submitted and not yet
+    finished at any one moment, from the scheduler's own transitions (read back as its ``vars``)."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class Pending(SchedulerPlugin):
+        name = "refindex-pending"
+
+        def __init__(self) -> None:
+            self.unfinished: set[str] = set()
+            self.most = 0
+            self.submitted = 0
+
+        def transition(self, key, start, finish, *args, **kwargs) -> None:
+            if not str(key).startswith("refindex-index-"):
+                return
+            if finish in ("waiting", "queued", "processing", "no-worker"):
+                self.submitted += key not in self.unfinished and start == "released"
+                self.unfinished.add(key)
+            else:  # memory, erred, released, forgotten
+                self.unfinished.discard(key)
+            self.most = max(self.most, len(self.unfinished))
+
+    return Pending()
+
+
+def _comparable(report) -> list[tuple]:
+    """A report's rows without what differs between any two runs (time taken, when, where the index went)."""
+    return [(r.source, r.status, r.size, r.mtime, r.keys, r.arrays, r.chunks, r.inline_chunks, r.index_bytes,
+             r.error, r.options) for r in report.results]
+
+
+def test_dask_keeps_a_window_of_groups_submitted(data, tmp_path):
+    """A Dask batch submits a window of groups (WINDOW per thread of the cluster) and tops it up as each
+    completes, not a future per group at once: the scheduler never holds more refindex tasks unfinished than
+    the window, every group still runs, and the rows are those of a run on local workers."""
+    distributed = pytest.importorskip("distributed")
+    from refindex.batch import _runners
+
+    plugin = _pending_plugin()
+    with distributed.LocalCluster(processes=False, n_workers=1, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        client.register_plugin(plugin)
+        report = run_batch(str(data / "**" / "*"), output=tmp_path / "dask", manifest=tmp_path / "d.jsonl",
+                           dask=client, progress=False)
+        seen = client.run_on_scheduler(lambda dask_scheduler: vars(dask_scheduler.plugins[plugin.name]))
+    window = _runners.WINDOW  # one thread in the cluster
+    n = N_NWB + N_PLAIN + len(BAD)  # local files: a group each
+    assert n > window
+    assert seen["submitted"] == n  # every group ran, none twice
+    assert 1 < seen["most"] <= window, seen["most"]
+    local = run_batch(str(data / "**" / "*"), output=tmp_path / "local", manifest=tmp_path / "l.jsonl",
+                      workers=1, progress=False)
+    assert _comparable(report) == _comparable(local)
+    assert len(report.indexed) == N_NWB + N_PLAIN
+    for a, b in zip(report.indexed, local.indexed):
+        assert Path(a.index).read_bytes() == Path(b.index).read_bytes(), a.source
+
+
 def test_list_file_parquet_format_and_parquet_manifest(data, tmp_path):
     files = [p for p in _inputs(data) if "plain" in p.parts][:3]
     listing = tmp_path / "urls.txt"

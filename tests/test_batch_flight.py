@@ -156,6 +156,47 @@ def test_dask_local_cluster_runs_the_groups(archive, tmp_path):
     assert _index_bytes(report) == _index_bytes(single)
 
 
+def test_dask_group_whose_worker_dies_runs_each_file_alone(archive, tmp_path):
+    """A Dask worker killed while its group waits on a file (the scheduler allows no retry: KilledWorker)
+    makes the batch run each of the group's files alone, through the window, on the restarted worker: every
+    file is indexed once more and written as a file-at-a-time scan writes it."""
+    distributed = pytest.importorskip("distributed")
+    import signal
+
+    import dask
+
+    names = sorted(archive)[:4]
+    with serve() as server:
+        urls_ = _serve_archive(server, archive, names)
+        server.held[(names[0], 0)] = release = threading.Event()
+        server.watched[("GET", names[0])] = asked = threading.Event()
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+                distributed.LocalCluster(processes=True, n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                                         dashboard_address=None, silence_logs=logging.CRITICAL) as cluster, \
+                distributed.Client(cluster) as client:
+            (pid,) = client.run(os.getpid).values()
+
+            def kill_when_asked() -> None:
+                if asked.wait(60):
+                    os.kill(pid, signal.SIGKILL)
+                release.set()
+
+            killer = threading.Thread(target=kill_when_asked, daemon=True)
+            killer.start()
+            report = run_batch(urls_, output=tmp_path / "dask", manifest=tmp_path / "d.jsonl", dask=client,
+                               workers=1, in_flight=4, progress=False)
+            killer.join(5)
+            assert pid not in client.run(os.getpid).values()  # the worker was killed and started again
+        asked_for = [path for method, path, _ in server.requests if method == "GET"]
+        single = run_batch(urls_, output=tmp_path / "single", manifest=tmp_path / "s.jsonl", workers=0,
+                           in_flight=1, progress=False)
+    assert report.ok and len(report.indexed) == 4, report.summary()
+    assert [r.source for r in report.results] == urls_
+    assert _index_bytes(report) == _index_bytes(single)
+    for n in names:  # asked for in the group (the held one: its request died with the worker), then alone
+        assert sum(p.endswith("/" + n) for p in asked_for) >= 2, (n, asked_for)
+
+
 # ------------------------------------------------------------------ freshness from the listing (moto)
 class _Requests(logging.Handler):
     """The requests moto's server logged (werkzeug's access log: 'METHOD /path HTTP/1.1')."""

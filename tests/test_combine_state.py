@@ -12,6 +12,7 @@ is a full rebuild with the same result.
 
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -79,12 +80,13 @@ def references(out) -> dict:
 
 
 def spoil_indexes(idx) -> int:
-    """Overwrite every per-file index with bytes no reader takes (they stay, so the batch finds them)."""
+    """Overwrite every per-file index with bytes no reader takes (they stay, so the batch finds them), of its
+    size and mtime: the state knows an index by those (as the manifest knows a source), not by reading it."""
     found = glob.glob(os.path.join(str(idx), "**", "*.refs.json"), recursive=True)
     for p in found:
         st = os.stat(p)
-        with open(p, "w") as fh:
-            fh.write("not an index")
+        with open(p, "wb") as fh:
+            fh.write(b"not an index".ljust(st.st_size, b" "))
         os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
     return len(found)
 
@@ -154,6 +156,47 @@ def test_a_changed_file_is_read_again_even_when_its_index_is_up_to_date(tmp_path
     assert {r.status for r in report.results} == {"up_to_date"}
     assert report.extra["combine"] == {"state": "used", "indexes_read": 1, "from_state": 2}
     xr.testing.assert_identical(opened(out), on_files(first))
+
+
+def rewrite_index_same_size_and_second(index: str, old: bytes, new: bytes) -> None:
+    """Write ``index`` again with ``old`` replaced by ``new`` (of its length): the same size, and an mtime in the
+    same second as before (a microsecond off): what a store showing whole seconds could not tell apart."""
+    st = os.stat(index)
+    with open(index, "rb") as fh:
+        data = fh.read()
+    assert len(old) == len(new) and data.count(old) == 1
+    with open(index, "wb") as fh:
+        fh.write(data.replace(old, new))
+    ns = st.st_mtime_ns + (1000 if st.st_mtime_ns % 10**9 < 10**9 - 1000 else -1000)
+    os.utime(index, ns=(st.st_atime_ns, ns))
+    assert os.path.getsize(index) == st.st_size and os.stat(index).st_mtime_ns // 10**9 == st.st_mtime_ns // 10**9
+
+
+def test_an_index_written_again_with_its_file_unchanged_is_read_again(tmp_path):
+    """The state keeps which index of a file it read (the index's size and ETag or mtime, taken just before
+    reading it), not only the manifest row's: an index written again since (here by hand, outside any batch:
+    the manifest still says the old one) with its source untouched, the same size and an mtime in the same
+    second, its inline ``count`` values changed, is read again by the append.  Its output equals a first
+    combine over the indexes as they are now, and shows the new values."""
+    first, _ = archive(tmp_path)
+    out, idx = tmp_path / "all.json", tmp_path / "idx"
+    batch(first, out, idx)
+    old = np.arange(2, 6, dtype="<i4")  # c.nc's count (seed 2), held inline in its index
+    new = old * 10
+    rewrite_index_same_size_and_second(str(idx / "c.nc.refs.json"), base64.b64encode(old.tobytes()),
+                                       base64.b64encode(new.tobytes()))
+    report = batch(first, out, idx)
+    assert {r.status for r in report.results} == {"up_to_date"}
+    assert report.extra["combine"] == {"state": "used", "indexes_read": 1, "from_state": 2}
+    now = tmp_path / "now.json"
+    assert batch(first, now, idx).extra["combine"]["indexes_read"] == 3  # a first combine: every index as it is
+    assert references(out) == references(now)
+    got = opened(out)
+    np.testing.assert_array_equal(got["count"].sel(time=slice("2000-01-09", "2000-01-12")).values, new)
+    on = on_files(first)  # everything else is still the files' own
+    xr.testing.assert_identical(got.drop_vars("count"), on.drop_vars("count"))
+    np.testing.assert_array_equal(got["count"].values, np.concatenate([on["count"].values[:4], new,
+                                                                       on["count"].values[8:]]))
 
 
 @pytest.mark.parametrize("spoil", ["deleted", "damaged", "other refindex", "output edited", "other mode"])

@@ -23,7 +23,7 @@ from .. import urls
 from ..errors import RefindexError
 from ._combine_digest import digest
 from ._combine_plan import Combination
-from ._combine_state import identity_of
+from ._combine_state import identity_of, index_identity
 from ._combine_write import is_json, write_combined
 from ._results import BatchReport, FileResult
 
@@ -55,6 +55,12 @@ def warm_up() -> None:
             pass
 
     threading.Thread(target=load, name="refindex-combine-import", daemon=True).start()
+
+
+def read_digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None
+                ) -> tuple[dict[str, Any] | None, Any]:
+    """The file's digest, and its index's identity taken just before reading it (kept in the state)."""
+    return index_identity(index, storage_options), digest(source, index, dim, storage_options)
 
 
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
@@ -94,6 +100,7 @@ class Combiner:
         self.header: dict[str, Any] = {}
         self.state_url = ""
         self.stats: dict[str, Any] = {"state": None, "indexes_read": 0, "from_state": 0}
+        self.indexes_now: dict[str, Any] = {}  # index -> its identity now, for the saved files up to date
 
     def add(self, result: FileResult, position: int) -> None:
         """One file's result (``position``: its place among the inputs, the order of ``nested``)."""
@@ -103,15 +110,16 @@ class Combiner:
             return
         if self.error is not None:
             return  # refused already: the batch goes on, the combine will not be written
-        saved = self.saved.digest_of(result, self.dim) if self.saved is not None else None
+        now = self.indexes_now.get(result.index)
+        saved = self.saved.digest_of(result, self.dim, now) if self.saved is not None else None
         if saved is not None:  # unchanged since the saved combine: its digest, no read of its index
             job: Future = Future()
-            job.set_result(saved)
+            job.set_result((now, saved))
             self.stats["from_state"] += 1
         else:
             if self.pool is None:
                 self.pool = ThreadPoolExecutor(READERS, thread_name_prefix="refindex-combine")
-            job = self.pool.submit(digest, result.source, result.index, self.dim, self.storage_options)
+            job = self.pool.submit(read_digest, result.source, result.index, self.dim, self.storage_options)
             self.stats["indexes_read"] += 1
         self.pending.append((job, result, position))
         self.take(wait=len(self.pending) > IN_FLIGHT)
@@ -123,10 +131,10 @@ class Combiner:
             wait = wait and len(self.pending) > IN_FLIGHT
             try:
                 if self.error is None:
-                    d = job.result()
+                    index, d = job.result()
                     self.combination.add(d, position)
                     if self.state is not None:
-                        self.state.add(d, identity_of(result), result.index, self.dim)
+                        self.state.add(d, identity_of(result, index), result.index, self.dim)
             except RefindexError as e:
                 self.error = e
             except Exception as e:  # noqa: BLE001 - a refindex bug must not stop the batch; the combine says it
@@ -187,6 +195,19 @@ class Combiner:
             check_vanished(self.saved, sources, lambda s: exists(s, self.storage_options))
         if self.saved is not None and self.saved.holds_times():
             warm_up()  # an append waits on the store first (freshness): xarray's import overlaps that
+
+    def see_indexes(self, rows: list[FileResult | None]) -> None:
+        """Before the rows arrive: the identity now of each up-to-date file's index the saved state holds (from
+        a listing of their folder where it holds many, else a stat / HEAD each), to tell an index written
+        again since (even outside any batch) from the one the state read."""
+        if self.saved is None:
+            return
+        from ._manifest import current_infos
+
+        held = [r.index for r in rows
+                if r is not None and r.status == "up_to_date" and r.source in self.saved.by_source]
+        self.indexes_now = {i: info for i, info in current_infos(held, {}, self.storage_options).items()
+                            if isinstance(info, dict)}
 
     def output_now(self) -> dict[str, Any] | None:
         """What the output is now: the branch's snapshot (Icechunk), else the JSON / .zmetadata's identity."""

@@ -4,9 +4,11 @@ A re-run with more inputs must not read every old file's index again (issue 43: 
 the files should cost about 10 % of the run).  So each run keeps, with its output, every file's
 digest as the combine reduced it (:class:`~._combine_digest.FileDigest`: metadata, chunk columns,
 inline bytes, the concat coordinate's stored values and decoded steps), the file's identity as its
-row recorded it (size, ETag, mtime, version) and its index's location.  The next run takes the
-digest of an input whose row is up to date and whose identity and index are the saved ones from
-the state, and reads the index of every other input (new, changed, re-indexed) as a full run does;
+row recorded it (size, ETag, mtime, version), its index's location, and the index file's own size
+and ETag/mtime when it was read (an index written again outside any batch leaves the manifest's row
+as it was).  The next run takes the digest of an input whose row is up to date and whose identity
+and index are the saved ones from the state, and reads the index of every other input (new,
+changed, re-indexed, its index rewritten) as a full run does;
 the combination is then made from the same digests by the same code as a full run's.
 
 The state is used only when it matches the run: the state's format, refindex's version,
@@ -45,7 +47,8 @@ from ._combine_plan import Column
 from ._combine_times import Encoding
 from ._combine_write import is_json
 
-STATE_VERSION = 3  # 2: the concat coordinate's values carry their dtype and shape; 3: inline chunks kept once
+STATE_VERSION = 4  # 2: the concat coordinate's values carry their dtype and shape; 3: inline chunks kept once;
+# 4: each file's index as read (its size and ETag/mtime)
 SHARED = 64  # inline chunks of this many bytes or more are kept once however many files hold them
 COLUMNS = ("line_end", "rows_end", "url", "offset", "size", "coords", "coords_end", "inline", "inline_end",
            "values", "values_end", "steps", "steps_end")
@@ -81,20 +84,36 @@ def header_of(fingerprint: str, dim: str, mode: str, kind: str) -> dict[str, Any
             "fingerprint": fingerprint, "dim": dim, "mode": mode, "kind": kind}
 
 
-def identity_of(row: Any) -> dict[str, Any]:
-    """The source as its row describes it, and which index of it (when it was made, its size)."""
+def identity_of(row: Any, index: dict[str, Any] | None) -> dict[str, Any]:
+    """The source as its row describes it, and which index of it: when it was made and its size as the row
+    says, and the index file itself (``index``: its size and ETag/mtime, :func:`index_identity`)."""
     return {"size": row.size, "etag": row.etag, "mtime": row.mtime, "version": row.version,
-            "finished": row.finished, "index_bytes": row.index_bytes}
+            "finished": row.finished, "index_bytes": row.index_bytes, "index": index}
+
+
+def index_identity(index: str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The index file's size and ETag/mtime now (a stat, or one HEAD); None when it cannot be told (then the
+    next run reads the index again).  Taken before the index is read: a rewrite after it is seen next time."""
+    from ..source import file_info
+
+    try:
+        return dict(file_info(*urls.filesystem(index, storage_options)))
+    except Exception:  # noqa: BLE001 - unknown: never trusted
+        return None
 
 
 def same_identity(saved: dict[str, Any], now: dict[str, Any]) -> bool:
     """The file the state saw (the manifest's rule: size, then ETag, else mtime; versions when both have one)
-    and the same index of it (an index made again since, e.g. by ``--force`` without ``--combine``, is read)."""
+    and the same index of it: the row's (an index made again by a batch, e.g. ``--force`` without
+    ``--combine``) and the file's own (one written again outside any batch, its manifest row unchanged:
+    size, then ETag, else mtime below the second where both show it)."""
     from ._manifest import unchanged
 
     if saved.get("version") and now.get("version") and saved["version"] != now["version"]:
         return False
     if (saved.get("finished"), saved.get("index_bytes")) != (now.get("finished"), now.get("index_bytes")):
+        return False
+    if not saved.get("index") or not now.get("index") or not unchanged(saved["index"], now["index"]):
         return False
     return unchanged(saved, now)
 
@@ -215,13 +234,14 @@ class SavedState:
         end = self.a[name + "_end"]
         return (int(end[k - 1]) if k else 0), int(end[k])
 
-    def digest_of(self, row: Any, dim: str) -> FileDigest | None:
-        """The saved digest of ``row``'s source when the row is up to date with the same identity and index."""
+    def digest_of(self, row: Any, dim: str, index: dict[str, Any] | None) -> FileDigest | None:
+        """The saved digest of ``row``'s source when the row is up to date with the same identity and index
+        (``index``: the index file's identity now, :func:`index_identity`)."""
         k = self.by_source.get(row.source)
         if k is None or row.status != "up_to_date":
             return None
         rec = self.record(k)
-        if rec["index"] != row.index or not same_identity(rec["id"], identity_of(row)):
+        if rec["index"] != row.index or not same_identity(rec["id"], identity_of(row, index)):
             return None
         return self.digest(rec, k, dim)
 

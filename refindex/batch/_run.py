@@ -301,6 +301,8 @@ class _Collector:
         self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
         self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
+        if combine is not None:
+            combine.see_indexes(rows)
         for i, r in enumerate(rows):
             if r is not None:
                 self.check(r)

@@ -11,6 +11,7 @@ index itself, so it needs access to both.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import queue
@@ -18,7 +19,8 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -28,7 +30,8 @@ from ..options import time_limit_of
 from ._task import Task, failed_row, group_tasks, group_time_limit, index_group, index_one, marked
 
 OnResult = Callable[[dict[str, Any]], None]
-WINDOW = 8  # groups submitted per local worker at a time (the next one is always waiting for it)
+WINDOW = 8  # groups submitted per local worker (per Dask thread) at a time (the next one is always waiting for it)
+DASK_RECOUNT = 5.0  # seconds between asking the Dask scheduler how many threads its workers have
 
 
 def run_inline(tasks: list[Task], on_result: OnResult, in_flight: int = 1) -> None:
@@ -141,23 +144,51 @@ def _submit(client: Any, job: Any, arg: Any) -> Any:
     return client.submit(job, arg, pure=False, key=f"refindex-index-{uuid.uuid4().hex}")
 
 
+def _dask_window(client: Any, workers: int) -> int:
+    """Groups a Dask batch keeps submitted: :data:`WINDOW` per thread of the cluster (a thread runs one
+    group at a time, as a local worker does); per ``workers`` while the cluster has none yet."""
+    try:
+        threads = sum(client.nthreads().values())
+    except Exception:  # noqa: BLE001 - a Client-like object without nthreads(): the caller's count
+        threads = 0
+    return WINDOW * (threads or max(1, workers))
+
+
+def _dask_jobs(retry: deque[Task], waiting: Iterator[list[Task]], room: int) -> list[list[Task]]:
+    """Up to ``room`` groups to submit (each returns its rows): a failed group's files first, each alone."""
+    jobs = [[retry.popleft()] for _ in range(min(room, len(retry)))]
+    return jobs + list(itertools.islice(waiting, max(0, room - len(jobs))))
+
+
 def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult, in_flight: int = 1) -> None:
+    """The groups on a Dask cluster, a window of them submitted at a time (:func:`_dask_window`, recounted
+    every :data:`DASK_RECOUNT` s as the cluster may scale) and topped up as each completes: a future per
+    group held from the start grows this process with the archive.  A group that fails (e.g. KilledWorker
+    after a crash) has its files run again, each alone; a single file that fails is its failed row."""
     from distributed import as_completed as dask_completed
 
     client, cluster = _dask_client(dask, workers)
+    waiting, retry = iter(group_tasks(tasks, workers, in_flight)), deque[Task]()
+    futures: dict[Any, list[Task]] = {}
+    done = dask_completed()
     try:
-        futures = {_submit(client, index_group, group): group for group in group_tasks(tasks, workers, in_flight)}
-        done = dask_completed(list(futures))
-        for fut in done:
+        window, counted = _dask_window(client, workers), time.monotonic()
+        while True:
+            if time.monotonic() - counted > DASK_RECOUNT:
+                window, counted = _dask_window(client, workers), time.monotonic()
+            for group in _dask_jobs(retry, waiting, window - len(futures)):
+                fut = _submit(client, index_group, group)
+                futures[fut] = group
+                done.add(fut)
+            if not futures:
+                break
+            fut = next(done)
             group = futures.pop(fut)
             try:
                 rows = fut.result()
             except Exception as e:  # noqa: BLE001 - e.g. KilledWorker after a worker crash
                 if len(group) > 1:  # which file killed it? each again alone
-                    for t in group:
-                        one = _submit(client, index_one, t)
-                        futures[one] = [t]
-                        done.add(one)
+                    retry.extend(group)
                     fut.release()
                     continue
                 t = group[0]
@@ -167,6 +198,9 @@ def run_dask(tasks: list[Task], dask: Any, workers: int, on_result: OnResult, in
                 on_result(row)
             fut.release()
     finally:
+        if futures:  # interrupted: the cluster stops what is left
+            with contextlib.suppress(Exception):
+                client.cancel(list(futures))
         if client is not dask:  # a client made here (from an address or "local"): closed here
             client.close()
         if cluster is not None:
