@@ -36,6 +36,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -514,13 +515,31 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
 APPEND_KINDS = {"JSON": "combine", "parquet": "parquet", "Icechunk": "icechunk"}
 
 
+def _first_run(kept: dict[tuple[str, str | None], str], key: tuple[str, str | None], out: str, args: list[str],
+               timeout: float, tree: str | None, so: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``out`` as the run over the first files left it (None), or the failed run.  That run is made once
+    per kind and tree and copied (``cp -a``: the files' times kept, so the manifest and the combine's
+    state find their outputs as written) to the same folder before each append."""
+    if key not in kept:
+        setup = run_one("refindex", args, timeout, tree, so)
+        if setup.get("status") != "ok":
+            shutil.rmtree(out, ignore_errors=True)
+            return setup
+        kept[key] = out + "-first"
+        shutil.rmtree(kept[key], ignore_errors=True)
+        shutil.move(out, kept[key])
+    subprocess.run(["cp", "-a", kept[key], out], check=True)
+    return None
+
+
 def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float,
                    baseline: str | None = None, store_kind: str = "s3") -> str:
     """Adding ``extra`` files to a combined archive of ``n`` against combining all ``n + extra`` anew.
 
     Per output kind and round, in fresh processes, interleaved: a full run over the ``n + extra`` files
-    into an empty folder, and an append: a run over the first ``n`` (not timed), then the timed run over
-    all of them in the same folder (manifest, per-file indexes, combined output and its state kept).
+    into an empty folder, and an append: the timed run over all of them in the folder a run over the
+    first ``n`` left (manifest, per-file indexes, combined output and its state; that run is made once per
+    kind and copied back before each round).
     ``baseline``: also the append of another refindex tree (the code before the combine's saved state).
     ``store_kind``: ``s3`` (the store speaks S3: inputs are ``s3://`` URLs read with s3fs, an unchanged
     input's freshness comes from the bucket's listing) or ``http`` (plain URLs: one HEAD per input)."""
@@ -533,23 +552,31 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
         so = store.s3_options() if store_kind == "s3" else None
         every = files_list([name_url(x) for x in names])
         first = files_list([name_url(x) for x in names[:n]])
-        for _ in range(repeat):
-            for label, mode in APPEND_KINDS.items():
-                for what in ("full", "append") + (("append, before",) if baseline else ()):
-                    tree = baseline if what == "append, before" else None
-                    out = tempfile.mkdtemp(prefix="p9-append-", dir=OUT)
-                    try:
-                        if what != "full":
-                            setup = run_one("refindex", [first, out, store.counts_url, mode], timeout, tree, so)
-                            if setup.get("status") != "ok":
-                                runs.setdefault(f"{label} {what}", []).append(setup)
-                                continue
-                        r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree, so)
-                    finally:
+        kept: dict[tuple[str, str | None], str] = {}  # (kind, tree) -> the run over the first n, kept to copy
+        try:
+            for _ in range(repeat):
+                for label, mode in APPEND_KINDS.items():
+                    for what in ("full", "append") + (("append, before",) if baseline else ()):
+                        tree = baseline if what == "append, before" else None
+                        out = os.path.join(OUT, f"p9-append-{mode}-{'before' if tree else 'now'}")
                         shutil.rmtree(out, ignore_errors=True)
-                    runs.setdefault(f"{label} {what}", []).append(r)
-                    print(f"  {label} {what}: {fmt(r.get('seconds'))} s, {r.get('requests')} requests "
-                          f"{r.get('status')} {r.get('error', '')} {r.get('combine')}", file=sys.stderr, flush=True)
+                        try:
+                            if what != "full":
+                                setup = _first_run(kept, (mode, tree), out, [first, out, store.counts_url, mode],
+                                                   timeout, tree, so)
+                                if setup is not None:
+                                    runs.setdefault(f"{label} {what}", []).append(setup)
+                                    continue
+                            r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree, so)
+                        finally:
+                            shutil.rmtree(out, ignore_errors=True)
+                        runs.setdefault(f"{label} {what}", []).append(r)
+                        print(f"  {label} {what}: {fmt(r.get('seconds'))} s, {r.get('requests')} requests "
+                              f"{r.get('status')} {r.get('error', '')} {r.get('combine')}", file=sys.stderr,
+                              flush=True)
+        finally:
+            for path in kept.values():
+                shutil.rmtree(path, ignore_errors=True)
     rows, verdicts = [], []
     for label in APPEND_KINDS:
         med = {}
