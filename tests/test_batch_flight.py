@@ -250,3 +250,78 @@ def test_rerun_learns_freshness_from_the_listing(archive, tmp_path):
             log.setLevel(level)
     assert [os.path.basename(r.source) for r in third.indexed] == [names[2]]
     assert len(third.up_to_date) == N_FILES - 1
+
+
+def _append_setup(server, archive: dict[str, bytes], tmp_path: Path) -> tuple[list[str], str, dict]:
+    """N_FILES files indexed by a first run (one at a time, in this process), and one more file served:
+    the URLs of all, the new one's name and the run's keywords."""
+    names = sorted(archive)
+    urls_ = _serve_archive(server, archive, names)
+    kw = dict(output=tmp_path / "idx", manifest=tmp_path / "m.jsonl", workers=0, progress=False)
+    first = run_batch(urls_[:N_FILES], **kw)
+    assert first.ok and len(first.indexed) == N_FILES
+    return urls_, names[N_FILES], kw
+
+
+def test_new_files_are_scanned_while_the_others_freshness_is_asked(archive, tmp_path):
+    """An append: the new file's scan starts while the unchanged files' HEADs (a store without a
+    listing) are still unanswered, and the old files are not read."""
+    with serve() as server:
+        urls_, new, kw = _append_setup(server, archive, tmp_path)
+        go, scanning = threading.Event(), threading.Event()
+        server.waiting[("HEAD", None)] = go
+        server.watched[("GET", new)] = scanning
+        before = len(server.requests)
+        seen = {}
+
+        def release() -> None:  # the HEADs answer once the new file is being read (or after 20 s: too late)
+            seen["in_time"] = scanning.wait(20)
+            go.set()
+
+        t = threading.Thread(target=release)
+        t.start()
+        again = run_batch(urls_, **kw)
+        t.join()
+        asked = server.requests[before:]
+    assert seen["in_time"], "the new file was not read until the old files' HEADs were answered"
+    assert [os.path.basename(r.source) for r in again.indexed] == [new]
+    assert len(again.up_to_date) == N_FILES
+    assert {p.lstrip("/") for m, p, _ in asked if m == "GET"} == {new}
+    assert sum(m == "HEAD" for m, _, _ in asked) >= N_FILES
+
+
+def test_an_append_interrupted_before_the_store_answered_keeps_the_old_rows(archive, tmp_path):
+    """Ctrl-C while the new file is read and the old files' HEADs are unanswered: the manifest keeps the
+    old files' rows as they were (not dropped: the next run would scan them all again), and the next
+    run indexes only the new file."""
+    import signal
+
+    with serve() as server:
+        urls_, new, kw = _append_setup(server, archive, tmp_path)
+        rows_before = Path(kw["manifest"]).read_text().splitlines()
+        go, reading, heads = threading.Event(), threading.Event(), threading.Event()
+        server.waiting[("HEAD", None)] = go
+        server.waiting[("GET", new)] = go
+        server.watched[("GET", new)] = reading
+        server.watched[("HEAD", None)] = heads
+
+        def interrupt() -> None:
+            if reading.wait(20) and heads.wait(20):
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+        t = threading.Thread(target=interrupt)
+        t.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_batch(urls_, **kw)
+        finally:
+            t.join()
+            go.set()
+        assert Path(kw["manifest"]).read_text().splitlines() == rows_before
+        del server.waiting[("HEAD", None)], server.waiting[("GET", new)]
+        before = len(server.requests)
+        again = run_batch(urls_, **kw)
+        asked = server.requests[before:]
+    assert [os.path.basename(r.source) for r in again.indexed] == [new]
+    assert len(again.up_to_date) == N_FILES
+    assert {p.lstrip("/") for m, p, _ in asked if m == "GET"} == {new}

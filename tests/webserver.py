@@ -15,7 +15,8 @@ whole body paused after its first bytes (``server.paused[name] = (nbytes, thread
 ``server.failures`` answers the next N requests 503 and ``server.failing_ranges`` a given (start,
 end) once (servers that fail and recover); ``server.peak`` is the most requests answered at once,
 ``server.connections`` how many connections are open now; ``server.watched[(method, name)] =
-threading.Event()`` is set when such a request comes (name None: any). This is the suite's one HTTP
+threading.Event()`` is set when such a request comes (name None: any), and ``server.waiting[(method,
+name)] = threading.Event()`` holds such a request back until the test lets it go. This is the suite's one HTTP
 server: a test that needs another behaviour adds it here.
 """
 
@@ -58,6 +59,8 @@ class Server:
     sent: list[tuple[str, str | None, int]] = field(default_factory=list)  # (path, Range, body bytes) per GET answered
     # (method, name or None for any) -> set when such a request arrives: a test waits on it, not on the log
     watched: dict[tuple[str, str | None], threading.Event] = field(default_factory=dict)
+    # (method, name or None for any) -> the request is answered once it is set (at most 30 s later)
+    waiting: dict[tuple[str, str | None], threading.Event] = field(default_factory=dict)
     connections: int = 0  # connections open now (a kept one counts until the server has closed it)
 
     def lookup(self, name: str) -> Served | None:
@@ -130,6 +133,9 @@ def _handler(server: Server, etag: bool, last_modified: bool, ranges: bool,
             for key in ((self.command, name), (self.command, None)):
                 if key in server.watched:
                     server.watched[key].set()
+            for key in ((self.command, name), (self.command, None)):
+                if key in server.waiting:
+                    server.waiting[key].wait(30)
             if server.delay:
                 time.sleep(server.delay)  # a slow server: this is about time
             if server.answers_unavailable(rng):

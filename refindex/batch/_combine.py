@@ -168,10 +168,11 @@ class Combiner:
         return self.output
 
     # ------------------------------------------------------------------ the saved state (appends)
-    def finish_into(self, report: BatchReport) -> None:
+    def finish_into(self, report: BatchReport) -> BatchReport:
         """:meth:`finish`, and the report says where, which Icechunk snapshot, and what the combine read."""
         report.combined = self.finish()
         report.extra.update(snapshot=self.snapshot, combine=self.stats)
+        return report
 
     def prepare(self, fingerprint: str, sources: list[str], force: bool, previous: dict[str, Any]) -> None:
         """Before the batch: load the previous run's state when it matches (else say why and combine in full),

@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from .. import urls
@@ -196,15 +197,55 @@ def current_infos(sources: list[str], known: dict[str, dict[str, Any]], storage_
     return out
 
 
-def plan(sources: list[str], known: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]], fmt: Format,
-         output: str | None, root: str | None, fingerprint: str, force: bool,
-         storage_options: dict[str, Any] | None) -> tuple[list[FileResult | None], list[tuple[int, str, str]]]:
-    """Per input: a finished row (up to date / cannot stat) or a job (position, source, index).
+@dataclass
+class Plan:
+    """The inputs planned against the manifest and their indexes' presence, before the sources are asked.
 
-    Only inputs that may be up to date are asked how they are now (``known``: what the listings
-    of the inputs said): an input without an index, or whose manifest row was made otherwise,
-    is scanned anyway, and its scan reads its size and validators itself.  Whether indexes exist
-    comes from a listing of their folder where it holds many of them."""
+    ``jobs``: inputs that no answer about their source can show up to date (no index, a manifest row
+    of other options or a failure, ``force``): they can be scanned at once.  ``asking``: inputs with an
+    index whose freshness their source must tell (size and ETag from a listing, or a HEAD);
+    :meth:`settle` asks, while the jobs run (an append over 10,000 unchanged objects waits ~2 s for
+    their listing's pages: the new files' scans need not)."""
+
+    rows: list[FileResult | None]
+    jobs: list[tuple[int, str, str]]  # (position, source, index)
+    asking: list[tuple[int, str, str]]
+    known: dict[str, dict[str, Any]]
+    previous: dict[str, dict[str, Any]]
+    fmt: Format
+    fingerprint: str
+    storage_options: dict[str, Any] | None
+
+    def settle(self) -> tuple[list[tuple[int, FileResult]], list[tuple[int, str, str]]]:
+        """Ask about the sources of ``asking``: the rows of those up to date (or that cannot be stat'ed), with
+        their positions, and the jobs of the others (changed)."""
+        infos = current_infos([url for _, url, _ in self.asking], self.known, self.storage_options)
+        rows: list[tuple[int, FileResult]] = []
+        jobs: list[tuple[int, str, str]] = []
+        for i, url, index in self.asking:
+            now = infos.get(url)
+            if isinstance(now, RefindexError):
+                rows.append((i, FileResult(source=url, index=index, status="failed", error=" ".join(str(now).split()),
+                                           options=self.fingerprint, finished=now_text(), seconds=0.0)))
+                continue
+            fresh = None if now is None else _up_to_date(url, index, now, self.previous.get(url), self.fmt,
+                                                         self.fingerprint, self.storage_options)
+            if fresh is None:
+                jobs.append((i, url, index))
+            else:
+                rows.append((i, fresh))
+        return rows, jobs
+
+
+def plan_inputs(sources: list[str], known: dict[str, dict[str, Any]], previous: dict[str, dict[str, Any]],
+                fmt: Format, output: str | None, root: str | None, fingerprint: str, force: bool,
+                storage_options: dict[str, Any] | None) -> Plan:
+    """Each input's index location, and whether it is a job now or its source must be asked (:class:`Plan`).
+
+    Only inputs that may be up to date are asked at all (``known``: what the listings of the inputs
+    said): an input without an index, or whose manifest row was made otherwise, is scanned anyway,
+    and its scan reads its size and validators itself.  Whether indexes exist comes from a listing
+    of their folder where it holds many of them."""
     indexes: dict[str, str] = {}
     for url in sources:
         index = index_location(url, fmt, output, root)
@@ -212,25 +253,15 @@ def plan(sources: list[str], known: dict[str, dict[str, Any]], previous: dict[st
             raise RefindexError(f"two inputs would share the index {index}: {indexes[index]} and {url}")
         indexes[index] = url
     where = {url: index for index, url in indexes.items()}
+    every = [(i, url, where[url]) for i, url in enumerate(sources)]
     if force:
-        return [None] * len(sources), [(i, url, where[url]) for i, url in enumerate(sources)]
-    exists = _index_presence(list(indexes), fmt, storage_options)
-    candidates = [u for u in sources if _may_hold(previous.get(u), where[u], fingerprint) and exists(where[u])]
-    infos = current_infos(candidates, known, storage_options)
-    rows: list[FileResult | None] = []
-    jobs: list[tuple[int, str, str]] = []
-    for i, url in enumerate(sources):
-        index, now = where[url], infos.get(url)
-        if isinstance(now, RefindexError):
-            rows.append(FileResult(source=url, index=index, status="failed", error=" ".join(str(now).split()),
-                                   options=fingerprint, finished=now_text(), seconds=0.0))
-            continue
-        fresh = None if now is None else _up_to_date(url, index, now, previous.get(url), fmt, fingerprint,
-                                                     storage_options)
-        rows.append(fresh)
-        if fresh is None:
-            jobs.append((i, url, index))
-    return rows, jobs
+        return Plan([None] * len(sources), every, [], known, previous, fmt, fingerprint, storage_options)
+    may = [job for job in every if _may_hold(previous.get(job[1]), job[2], fingerprint)]
+    exists = _index_presence([index for _, _, index in may], fmt, storage_options)
+    asking = [job for job in may if exists(job[2])]
+    held = {i for i, _, _ in asking}
+    return Plan([None] * len(sources), [job for job in every if job[0] not in held], asking, known, previous, fmt,
+                fingerprint, storage_options)
 
 
 def _may_hold(prev: dict[str, Any] | None, index: str, fingerprint: str) -> bool:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from functools import partial
 from typing import Any, Unpack
 
 from .. import urls
@@ -19,7 +21,7 @@ from ..options import ScanKeywords, ScanOptions, options_from
 from ._combine import Combiner
 from ._icechunk import IcechunkBatch, assign_groups, not_committed, plan_groups
 from ._inputs import MANIFEST_NAME, SUFFIX, Format, common_root, expand_inputs
-from ._manifest import current_infos, options_fingerprint, plan, read_manifest, write_manifest
+from ._manifest import Plan, current_infos, options_fingerprint, plan_inputs, read_manifest, write_manifest
 from ._results import BatchReport, FileResult
 from ._runners import run_dask, run_inline, run_local, start_workers
 from ._task import Task
@@ -89,22 +91,42 @@ def run_batch(
     if combiner is not None:
         combiner.prepare(fingerprint, sources, force, previous)
     n_workers, started = _workers(workers, dask, len(sources))  # starting while the plan asks the store
-    rows, jobs = plan(sources, known, previous, format, out, root, fingerprint, force, storage_options)
-    isolated = isolate and (dask is not None or n_workers <= 0)  # local workers are isolated anyway
-    tasks = [Task(src, idx, format, scan_options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
-    collect = _Collector(rows, {job[1]: job for job in jobs}, template, storage_options,
-                         _progress(len(tasks), len(sources) - len(tasks), progress), combine=combiner)
+    planned = plan_inputs(sources, known, previous, format, out, root, fingerprint, force, storage_options)
+    rows, isolated = planned.rows, isolate and (dask is not None or n_workers <= 0)  # local workers are anyway
+    tasks_of = partial(_tasks_of, fmt=format, options=scan_options, record_size=record_size,
+                       fingerprint=fingerprint, isolated=isolated, timeout=timeout)
+    collect = _Collector(rows, {job[1]: job for job in planned.jobs}, template, storage_options,
+                         _progress(len(planned.jobs), None, progress), combine=combiner)
     try:
-        _run(tasks, dask, n_workers, timeout, collect, in_flight, started)
-    finally:
+        _scan(planned, collect, tasks_of, dask, n_workers, timeout, in_flight, started, progress)
+    finally:  # also on interruption: what finished is recorded, an input not done keeps its previous row
         collect.close()
-        # Also on interruption: what finished is recorded (unfinished inputs are simply absent).
-        unsaved = save_manifest(rows, manifest_url, storage_options)
+        unsaved = save_manifest([r if r is not None else previous.get(src) for r, src in zip(rows, sources)],
+                                manifest_url, storage_options)
     report = BatchReport(results=[r for r in rows if r is not None], manifest=None if unsaved else manifest_url,
                          seconds=time.perf_counter() - t0, manifest_error=unsaved)
-    if combiner is not None:
-        combiner.finish_into(report)
-    return report
+    return report if combiner is None else combiner.finish_into(report)
+
+
+def _tasks_of(jobs: list[tuple[int, str, str]], *, fmt: str, options: ScanOptions, record_size: int | None,
+              fingerprint: str, isolated: bool, timeout: float | None) -> list[Task]:
+    return [Task(src, idx, fmt, options, record_size, fingerprint, isolated, timeout) for _, src, idx in jobs]
+
+
+def _scan(planned: Plan, collect: "_Collector", tasks_of: Callable[[list[tuple[int, str, str]]], list[Task]],
+          dask: Any, n_workers: int, timeout: float | None, in_flight: int, started: list[Any],
+          progress: ProgressSetting) -> None:
+    """The jobs run, and the inputs the store must be asked about settled: at the same time on local
+    workers (the inputs that cannot be up to date are scanned while the others' sources are asked, a
+    listing page per 1,000 objects or a HEAD each; a changed one found that way is scanned after them),
+    first on Dask (one submission of every job to the cluster)."""
+    if dask is not None:
+        collect.settle(*planned.settle(), progress)
+        _run(tasks_of(sorted(collect.jobs.values())), dask, n_workers, timeout, collect, in_flight, started)
+        return
+    settling = _background(lambda: collect.settle(*planned.settle(), progress))
+    _run(tasks_of(planned.jobs), dask, n_workers, timeout, collect, in_flight, started)
+    _run(tasks_of(settling.result()), dask, n_workers, timeout, collect, in_flight)
 
 
 def _combiner(combine: Any, format: str, scan_options: ScanOptions, concat_dims: Sequence[str],  # noqa: A002
@@ -232,10 +254,13 @@ def run_icechunk_batch(inputs: Any, target: IcechunkTarget, scan_options: ScanOp
     return report
 
 
-def save_manifest(rows: list[FileResult | None], url: str, storage_options: dict[str, Any] | None) -> str | None:
-    """Write the manifest; None, or why it could not be written (the rows stay in the report either way)."""
+def save_manifest(rows: list[FileResult | dict[str, Any] | None], url: str, storage_options: dict[str, Any] | None
+                  ) -> str | None:
+    """Write the manifest (a row is a result, or a previous run's row kept as it was); None, or why it could
+    not be written (the rows stay in the report either way)."""
     try:
-        write_manifest((r.as_dict() for r in rows if r is not None), url, storage_options)
+        write_manifest((r if isinstance(r, dict) else r.as_dict() for r in rows if r is not None), url,
+                       storage_options)
     except RefindexError as e:
         return " ".join(str(e).split())
     return None
@@ -292,11 +317,15 @@ class _Collector:
 
     A batch keeps every row to the end (the manifest, the report): a row's strings are the plan's own
     objects (its source and index) or shared with the rows before it (options, time finished), not the
-    copies each row arrives with from its worker."""
+    copies each row arrives with from its worker.  Rows come from the thread that runs the jobs and,
+    once the store has been asked about the other inputs, from the thread that asked (:meth:`settle`):
+    one at a time."""
 
     def __init__(self, rows: list[FileResult | None], jobs: dict[str, tuple[int, str, str]], template: Any,
                  storage_options: dict[str, Any] | None, bar: Any, take: Any = None, combine: Any = None):
         self.rows, self.jobs, self.template = rows, jobs, template  # jobs: source -> (position, source, index)
+        self.lock = threading.Lock()
+        self.closed = False
         self.texts: dict[str, str] = {}
         self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
@@ -319,7 +348,35 @@ class _Collector:
         except RefindexError as e:
             r.check = {"ok": False, "differences": [{"path": "/", "message": " ".join(str(e).split())}]}
 
+    def settle(self, rows: list[tuple[int, FileResult]], jobs: list[tuple[int, str, str]],
+               progress: ProgressSetting) -> list[tuple[int, str, str]]:
+        """The inputs the store was asked about: ``rows`` (up to date, or failed to stat) join the others,
+        ``jobs`` (changed) are expected from now on and counted on the bar; returns ``jobs``."""
+        with self.lock:
+            if self.closed:  # the batch ended first (interrupted): nothing more is taken
+                return []
+            if self.combine is not None:
+                self.combine.see_indexes([r for _, r in rows])
+            for i, r in rows:
+                self.rows[i] = r
+                self.check(r)
+                if self.combine is not None:
+                    self.combine.add(r, i)
+            for job in jobs:
+                self.jobs[job[1]] = job
+            up_to_date = sum(r.status == "up_to_date" for _, r in rows)
+            if self.bar is None and jobs:
+                self.bar = _progress(len(jobs), up_to_date, progress)
+            elif self.bar is not None:
+                self.bar.total = (self.bar.total or 0) + len(jobs)
+                self.bar.desc = _description(up_to_date)
+            return jobs
+
     def __call__(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self.take_row(row)
+
+    def take_row(self, row: dict[str, Any]) -> None:
         tree = row.pop("tree", None)
         if self.take is not None and tree is not None and row["status"] == "indexed":
             row = self.take(row, tree)
@@ -348,15 +405,35 @@ class _Collector:
         return row
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.combine is not None:
-            self.combine.close()  # also when interrupted: no reader thread outlives the batch
+        with self.lock:
+            self.closed = True
+            if self.bar is not None:
+                self.bar.close()
+            if self.combine is not None:
+                self.combine.close()  # also when interrupted: no reader thread outlives the batch
 
 
-def _progress(total: int, skipped: int, enabled: ProgressSetting) -> Any:
+def _background(job: Callable[[], Any]) -> "Future[Any]":
+    """``job()`` in a thread of its own, its result or exception in the future (a daemon: an interrupted
+    batch does not wait for it)."""
+    done: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(job())
+        except BaseException as e:  # noqa: BLE001 - handed to whoever asks for the result
+            done.set_exception(e)
+
+    threading.Thread(target=run, name="refindex-batch-settle", daemon=True).start()
+    return done
+
+
+def _description(skipped: int | None) -> str:
+    return "refindex batch" if skipped is None else f"refindex batch ({skipped} up to date)"
+
+
+def _progress(total: int, skipped: int | None, enabled: ProgressSetting) -> Any:
     """Files done (failed ones in the postfix): a notebook widget, a terminal bar, or plain lines in a log."""
     if total == 0:
         return None
-    return progress_bar(total, desc=f"refindex batch ({skipped} up to date)", unit="file", setting=enabled,
-                        smoothing=0.1)
+    return progress_bar(total, desc=_description(skipped), unit="file", setting=enabled, smoothing=0.1)
