@@ -11,6 +11,7 @@ import contextlib
 import gc
 import json
 import logging
+import re
 import os
 import socket
 from typing import Any, Iterator
@@ -187,6 +188,37 @@ def moto_s3(key: str = "testing", secret: str = "testing") -> Iterator[dict[str,
         yield {"endpoint_url": f"http://127.0.0.1:{port}", "key": key, "secret": secret, "anon": False}
     finally:
         server.stop()
+
+
+class MotoRequests(logging.Handler):
+    """The requests moto's server answered, from werkzeug's access log: ``'METHOD /path HTTP/1.1'`` each
+    (the colours werkzeug gives some statuses stripped)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage())
+        if '"' in text:
+            self.lines.append(text.split('"')[1])
+
+    def of(self, method: str, fragment: str = "") -> list[str]:
+        return [line for line in self.lines if line.startswith(method + " ") and fragment in line]
+
+
+@contextlib.contextmanager
+def moto_requests() -> Iterator[MotoRequests]:
+    """Inside :func:`moto_s3`: the requests its server answers meanwhile."""
+    log = logging.getLogger("werkzeug")
+    seen, level = MotoRequests(), log.level
+    log.addHandler(seen)
+    log.setLevel(logging.INFO)
+    try:
+        yield seen
+    finally:
+        log.removeHandler(seen)
+        log.setLevel(level)
 
 
 def collect_garbage() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from refindex.batch import run_batch
 
-from conftest import moto_s3
+from conftest import moto_requests, moto_s3
 from webserver import serve
 
 N_FILES = 8
@@ -198,22 +198,6 @@ def test_dask_group_whose_worker_dies_runs_each_file_alone(archive, tmp_path):
 
 
 # ------------------------------------------------------------------ freshness from the listing (moto)
-class _Requests(logging.Handler):
-    """The requests moto's server logged (werkzeug's access log: 'METHOD /path HTTP/1.1')."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if '"' in text:
-            self.lines.append(text.split('"')[1])
-
-    def of(self, method: str, fragment: str = "") -> list[str]:
-        return [line for line in self.lines if line.startswith(method + " ") and fragment in line]
-
-
 def test_rerun_learns_freshness_from_the_listing(archive, tmp_path):
     """A re-run over N unchanged objects (named one by one, in a list) lists their folder and the
     indexes' folder instead of N HEADs; a replaced object is still indexed again."""
@@ -229,12 +213,7 @@ def test_rerun_learns_freshness_from_the_listing(archive, tmp_path):
         listing.write_text("".join(f"s3://flight/raw/{n}\n" for n in names))
         kw = dict(output="s3://flight/idx", manifest=tmp_path / "m.jsonl", storage_options=opts, workers=0,
                   progress=False)
-        log = logging.getLogger("werkzeug")
-        seen = _Requests()
-        level = log.level
-        log.addHandler(seen)
-        log.setLevel(logging.INFO)
-        try:
+        with moto_requests() as seen:
             first = run_batch(f"@{listing}", **kw)
             assert first.ok and len(first.indexed) == N_FILES
             seen.lines.clear()
@@ -245,9 +224,6 @@ def test_rerun_learns_freshness_from_the_listing(archive, tmp_path):
             assert 1 <= len(seen.of("GET", "list-type")) <= 2  # the inputs' folder, the indexes' folder
             fs.pipe_file(f"flight/raw/{names[2]}", archive[sorted(archive)[N_FILES]])  # replaced
             third = run_batch(f"@{listing}", **kw)
-        finally:
-            log.removeHandler(seen)
-            log.setLevel(level)
     assert [os.path.basename(r.source) for r in third.indexed] == [names[2]]
     assert len(third.up_to_date) == N_FILES - 1
 

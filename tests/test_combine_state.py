@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import refindex
+from refindex.batch import combine_indexes
 
 xr = pytest.importorskip("xarray")
 pd = pytest.importorskip("pandas")
@@ -306,3 +307,44 @@ def test_s3_append_with_its_state_in_the_bucket(tmp_path):
         assert report.extra["combine"] == {"state": "used", "indexes_read": 2, "from_state": 3}
         got = xr.open_zarr(refindex.open("s3://append/all.parq", storage_options=opts, remote_options=opts).store)
         xr.testing.assert_identical(got.load(), on_files(every))
+
+
+def test_s3_indexes_are_known_by_their_bytes_md5_without_a_head(tmp_path):
+    """Per-file indexes in a bucket: the combine keeps which index it read as the size and MD5 of the bytes it
+    read (an S3 object's ETag), so it asks no HEAD of any index; an append still reads again an index written
+    since with the same size (its inline values changed), from the listing's ETag, and equals the files."""
+    from conftest import moto_requests, moto_s3
+
+    first, every = archive(tmp_path)
+    with moto_s3("k", "s") as opts:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**opts)
+        fs.mkdir("md5")
+        for p in first:
+            fs.put_file(p, "md5/raw/" + os.path.basename(p))
+        kw = dict(output="s3://md5/idx", storage_options=opts, workers=0, progress=False, split_walk=False)
+        with moto_requests() as seen:
+            alone = refindex.run_batch("s3://md5/raw/*.nc", **kw)  # the indexes, then the combine by itself
+            seen.lines.clear()
+            combine_indexes(alone, str(tmp_path / "alone.json"), storage_options=opts)
+            assert sorted(seen.of("GET", "/md5/idx/")) == [f"GET /md5/idx/{n}.nc.refs.json HTTP/1.1" for n in "bcd"]
+            assert seen.of("HEAD") == []  # each index read once, never asked about
+            kw["combine"] = str(tmp_path / "all.json")
+            refindex.run_batch("s3://md5/raw/*.nc", **kw)  # (its manifest says up to date: every index read)
+            old = base64.b64encode(np.arange(2, 6, dtype="<i4").tobytes())  # c.nc's inline count (seed 2)
+            new = base64.b64encode((np.arange(2, 6, dtype="<i4") * 10).tobytes())
+            data = fs.cat_file("md5/idx/c.nc.refs.json")
+            assert data.count(old) == 1
+            fs.pipe_file("md5/idx/c.nc.refs.json", data.replace(old, new))  # same size, manifest unchanged
+            for p in every:
+                if p not in first:
+                    fs.put_file(p, "md5/raw/" + os.path.basename(p))
+            report = refindex.run_batch("s3://md5/raw/*.nc", **kw)
+    assert report.extra["combine"] == {"state": "used", "indexes_read": 3, "from_state": 2}  # a.nc, e.nc, c.nc
+    xr.testing.assert_identical(opened(tmp_path / "alone.json"), on_files(first))
+    got = opened(tmp_path / "all.json")
+    on = on_files(every)
+    np.testing.assert_array_equal(got["count"].sel(time=slice("2000-01-09", "2000-01-12")).values,
+                                  np.arange(2, 6) * 10)
+    xr.testing.assert_identical(got.drop_vars("count"), on.drop_vars("count"))

@@ -278,3 +278,19 @@ def test_external_storage_in_s3(s3, tmp_path, monkeypatch):
         refs = json.loads(json.dumps(refindex.scan(f"s3://{BUCKET}/ext/{name}", storage_options=opts)))
         g = refindex.open(refs, remote_options=_remote(opts))
         assert_same_values(data, zvalues(g["x"]))
+
+
+def test_an_index_in_s3_loads_in_one_get(s3, tmp_path):
+    """Opening an index kept in a bucket is one GET: no HEAD first (s3fs asks an object's size before a
+    whole-file read, to split a large one; a JSON index of kilobytes is read from offset 0 instead)."""
+    from conftest import moto_requests
+
+    opts, local = s3
+    fs = s3fs.S3FileSystem(**opts)
+    index = f"{BUCKET}/one-get/plain.h5.refs.json"
+    fs.pipe_file(index, json.dumps(refindex.scan(f"s3://{BUCKET}/plain.h5", storage_options=opts)).encode())
+    with moto_requests() as seen:
+        g = refindex.open(f"s3://{index}", storage_options=opts, remote_options=_remote(opts), check_source=False)
+        asked = list(seen.lines)
+    assert [line for line in asked if "one-get" in line] == [f"GET /{index} HTTP/1.1"]
+    assert _assert_values(g, local / "plain.h5", False) >= 3

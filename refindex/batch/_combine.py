@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import urls
 from ..errors import RefindexError
+from ..source import content_etag, etag_follows_content, read_whole
 from ._combine_digest import digest
 from ._combine_plan import Combination
 from ._combine_state import identity_of, index_identity
@@ -59,8 +60,22 @@ def warm_up() -> None:
 
 def read_digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None
                 ) -> tuple[dict[str, Any] | None, Any]:
-    """The file's digest, and its index's identity taken just before reading it (kept in the state)."""
-    return index_identity(index, storage_options), digest(source, index, dim, storage_options)
+    """The file's digest, and which index it was read from (kept in the state): on a store whose ETag is the
+    MD5 of an object's bytes (S3), the size and that MD5 of the bytes read, no request more; else its size and
+    ETag/mtime taken just before reading it (a stat, or a HEAD)."""
+    protocol = urls.split(index)[0]
+    if not etag_follows_content(protocol):
+        return index_identity(index, storage_options), digest(source, index, dim, storage_options)
+    read: Future = Future()
+    try:
+        fs, path = urls.filesystem(index, storage_options)
+        data = read_whole(fs, path)
+    except Exception as e:  # noqa: BLE001 - the index reader says what it was (missing, refused...)
+        read.set_exception(e)
+        return None, digest(source, index, dim, storage_options, read)
+    read.set_result(data)
+    return {"size": len(data), "etag": content_etag(protocol, data)}, digest(source, index, dim, storage_options,
+                                                                            read)
 
 
 def concat_dim_of(concat_dims: Sequence[str]) -> str:

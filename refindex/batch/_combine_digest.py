@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +63,13 @@ def coordinate_names(zattrs: dict[str, dict[str, Any]], root_attrs: dict[str, An
     return out
 
 
-def load_index(index: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """The file's JSON index as every reader loads it (:func:`refindex.read.load_refs`: one request, retried)."""
+def load_index(index: str, storage_options: dict[str, Any] | None, fetched: Future | None = None) -> dict[str, Any]:
+    """The file's JSON index as every reader loads it (:func:`refindex.read.load_refs`: one request, retried;
+    ``fetched``: that request made already, its bytes or error)."""
     from ..read import load_refs
 
     try:
-        doc = load_refs(index, storage_options)
+        doc = load_refs(index, storage_options, fetched)
     except RefindexError as e:  # a missing or damaged index: say which, and that the combine needed it
         raise RefindexError(f"cannot read the index to combine it: {e.reason}", file=index) from e
     if not isinstance(doc, dict):  # a parquet folder
@@ -82,11 +84,13 @@ def metadata_of(refs: dict[str, Any]) -> dict[str, Any]:
     return {k: json.loads(v) for k, v in refs.items() if k.rsplit("/", 1)[-1] in (".zarray", ".zattrs", ".zgroup")}
 
 
-def digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None) -> FileDigest:
-    """The digest of ``source``'s index at ``index`` for a combine along ``dim``."""
+def digest(source: str, index: str, dim: str, storage_options: dict[str, Any] | None,
+           fetched: Future | None = None) -> FileDigest:
+    """The digest of ``source``'s index at ``index`` for a combine along ``dim`` (``fetched``: its bytes read
+    already, see :func:`load_index`)."""
     from ..read.index._urlcheck import expand_url
 
-    doc = load_index(index, storage_options)
+    doc = load_index(index, storage_options, fetched)
     refs, templates = doc["refs"], doc.get("templates") or {}
     meta = metadata_of(refs)
     if "zarr.json" in refs or ".zgroup" not in meta:

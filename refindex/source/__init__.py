@@ -25,13 +25,13 @@ _WHERE = {
     "has_hdf5_signature": "_open", "open_source": "_open", "info_with_ranges": "_open", "one_round_trip": "_open",
     "scan_ahead": "_open", "stat": "_open",
     "filesystem_of": "_quick", "in_thread": "_quick", "quick_filesystem": "_quick", "put_ahead": "_quick",
-    "request_ahead": "_quick",
+    "read_whole": "_quick", "request_ahead": "_quick",
     "retried_in_thread": "_quick", "taken_ahead": "_quick",
     "prefetch_tree": "_prefetch", "TreeSeen": "_prefetch", "reads_other_files": "_prefetch",
     "INDEX_PREFIX": "_record", "META": "_record", "LocalFile": "_record", "ReadRecorder": "_record",
     "ReadOnlyFile": "_readonly",
     "RetryPolicy": "_retry", "is_transient": "_retry", "retry_policy": "_retry", "with_retries": "_retry",
-    "described": "_validators", "fine_grained": "_validators", "mtime_epoch": "_validators",
+    "content_etag": "_validators", "etag_follows_content": "_validators", "described": "_validators", "fine_grained": "_validators", "mtime_epoch": "_validators",
     "same_mtime": "_validators",
 }
 

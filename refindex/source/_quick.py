@@ -45,6 +45,20 @@ def quick_filesystem(url: str, storage_options: dict[str, Any] | None = None) ->
     return fs, url
 
 
+# Filesystems whose whole-file read asks the object's size first (s3fs: to split a large object across
+# connections); a read from offset 0 is one request without that round trip.
+SIZE_PROBING_PROTOCOLS = frozenset({"s3", "s3a"})
+
+
+def read_whole(fs: Any, path: str) -> bytes:
+    """The whole file in one request, retried (an index of kilobytes needs no size probe before it)."""
+    protocols = getattr(fs, "protocol", ())
+    protocols = {protocols} if isinstance(protocols, str) else set(protocols)
+    if protocols & SIZE_PROBING_PROTOCOLS:
+        return with_retries(fs.cat_file, path, start=0)
+    return with_retries(fs.cat_file, path)
+
+
 def in_thread(name: str, call: Callable[..., Any], *args: Any) -> Future:
     """``call(*args)`` started now in a thread of its own: its result or its error (raised by
     whoever takes it, as the call would have raised)."""

@@ -40,6 +40,26 @@ def described(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Stores whose ETag of an object written in one request (no multipart, no KMS encryption) is the MD5 of its bytes.
+CONTENT_MD5_ETAG_PROTOCOLS = frozenset({"s3", "s3a"})
+
+
+def etag_follows_content(protocol: str) -> bool:
+    """Does ``protocol``'s store give an object written in one request the MD5 of its bytes as ETag?"""
+    return protocol in CONTENT_MD5_ETAG_PROTOCOLS
+
+
+def content_etag(protocol: str, data: bytes) -> str | None:
+    """The ETag (as :func:`described` gives it) an object of exactly ``data`` has on ``protocol``'s store when it
+    was written in one request; None where the store's ETags do not follow its bytes.  An object it does not
+    match (written in parts, encrypted with KMS, changed) is simply another object to whoever compares."""
+    if not etag_follows_content(protocol):
+        return None
+    import hashlib
+
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
 def _first(info: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for key in keys:
         value = info.get(key)

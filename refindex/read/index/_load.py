@@ -24,7 +24,7 @@ from ... import urls
 from ...errors import RefindexError, SourceError
 from ...model import ZMETADATA, RefsDocument
 from ...options import ScanOptions
-from ...source import describe, has_hdf5_signature, quick_filesystem, source_error, with_retries
+from ...source import describe, has_hdf5_signature, quick_filesystem, read_whole, source_error
 from ._names import CacheSetting, IndexCache, Kind, kind_by_name
 
 
@@ -172,7 +172,7 @@ def load_refs(refs: Any, storage_options: dict[str, Any] | None = None, fetched:
     if urls.is_local(path) and os.path.isdir(p):
         return path  # parquet refs: fsspec's LazyReferenceMapper layout
     try:
-        data = fetched.result() if fetched is not None else with_retries(fs.cat_file, p)
+        data = fetched.result() if fetched is not None else read_whole(fs, p)
     except IsADirectoryError:
         return path
     except FileNotFoundError as e:
