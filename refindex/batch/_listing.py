@@ -52,6 +52,8 @@ def _entries(folder: str, storage_options: dict[str, Any] | None) -> dict[str, d
         fs, path = urls.filesystem(folder, storage_options)
         fs.invalidate_cache(path)  # an earlier listing in this process may be stale
         entries = fs.ls(path, detail=True)
+    except FileNotFoundError:  # nothing under that prefix (a first run's empty output): every location absent
+        return {}
     except Exception:  # noqa: BLE001 - no listing: HEAD requests instead
         return None
     return {e["name"].rstrip("/"): e for e in entries if isinstance(e, dict) and e.get("name")}
