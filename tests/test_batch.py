@@ -436,6 +436,27 @@ def test_s3_in_and_out(s3, data):
     assert [r.source for r in third.indexed] == [f"s3://archive/raw/{victim.relative_to(data).as_posix()}"]
 
 
+def test_s3_uploads_overlap_and_a_failed_one_is_its_row(s3, data):
+    """Remote inputs a group at a time write their indexes into the bucket while the next files are scanned;
+    every index lands whole (equal to a scan), and an upload that fails (here into a bucket that does not
+    exist) is its file's failed row naming the index, never the batch's end."""
+    opts, fs = s3
+    picks = [p for p in _inputs(data) if "plain" in p.parts][:3]
+    for p in picks:
+        fs.put_file(str(p), f"archive/up/raw/{p.name}")
+    report = run_batch("s3://archive/up/raw/*", output="s3://archive/up/idx", manifest=str(data.parent / "up.jsonl"),
+                       storage_options=opts, workers=0, progress=False)
+    assert report.ok and len(report.indexed) == 3
+    for r in report.indexed:
+        assert json.loads(fs.cat_file(r.index.removeprefix("s3://"))) == json_roundtrip(
+            refindex.scan(r.source, storage_options=opts))
+    gone = run_batch("s3://archive/up/raw/*", output="s3://no-such-bucket-here/idx", force=True,
+                     manifest=str(data.parent / "gone.jsonl"), storage_options=opts, workers=0, progress=False)
+    assert len(gone.failed) == 3 and not gone.indexed
+    for r in gone.failed:
+        assert r.index.startswith("s3://no-such-bucket-here/idx/") and r.index in r.error
+
+
 def test_s3_parquet_indexes(s3, data):
     """Parquet index folders uploaded to S3 (records first, .zmetadata last) read back exactly."""
     opts, fs = s3

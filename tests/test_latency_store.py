@@ -151,3 +151,16 @@ def test_s3fs_lists_states_and_reads_it_as_a_bucket(tmp_path):
         assert fs.cat_file("archive/sub/deep.nc", start=2, end=5) == b"234"
         with pytest.raises(FileNotFoundError):
             fs.info("archive/missing.nc")
+        import hashlib
+
+        fs.pipe_file("archive/out/i.json", b"an index")  # PutObject: the file, with S3's ETag (its MD5)
+        assert (tmp_path / "out" / "i.json").read_bytes() == b"an index"
+        fs.invalidate_cache()
+        assert fs.ls("archive/out", detail=True)[0]["ETag"] == f'"{hashlib.md5(b"an index").hexdigest()}"'
+        os.replace(tmp_path / "out" / "i.json", tmp_path / "i.json")  # a copy put back: another inode...
+        (tmp_path / "out" / "i.json").write_bytes((tmp_path / "i.json").read_bytes())
+        fs.invalidate_cache()
+        assert fs.info("archive/out/i.json")["ETag"] != f'"{hashlib.md5(b"an index").hexdigest()}"'
+        assert store.adopt(tmp_path / "out") == 1  # ...adopted as written by PUT
+        fs.invalidate_cache()
+        assert fs.info("archive/out/i.json")["ETag"] == f'"{hashlib.md5(b"an index").hexdigest()}"'

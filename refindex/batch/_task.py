@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -53,19 +54,39 @@ def index_one(task: Task) -> dict[str, Any]:
                              timeout=task.timeout or time_limit_of(task.source), label=task.source)
             except RefindexError as e:
                 return failed_row(task, e, time.perf_counter() - t0)
+    return _indexed(task, None, t0)[0]
+
+
+def _indexed(task: Task, uploads: ThreadPoolExecutor | None, t0: float) -> tuple[dict[str, Any], Future | None]:
+    """The row of ``task`` scanned and written here; ``uploads``: a remote index's upload is left to it,
+    and its future returned (the row holds only when it succeeds, see :func:`_uploaded`)."""
     if task.format == "icechunk":
-        return _scan_for_icechunk(task, t0)
+        return _scan_for_icechunk(task, t0), None
     try:
-        summary = _write(task)
+        summary, upload = _write(task, uploads)
     except Exception as e:  # noqa: BLE001 - one bad file must never stop the batch
-        return failed_row(task, e, time.perf_counter() - t0)
+        return failed_row(task, e, time.perf_counter() - t0), None
     prov = summary.get("source") or {}
     return FileResult(source=task.source, index=task.index, status="indexed", size=prov.get("size"),
                       etag=prov.get("etag"), mtime=prov.get("mtime"), version=prov.get("version"),
                       seconds=round(time.perf_counter() - t0, 4), options=task.fingerprint, finished=now_text(),
                       keys=summary.get("keys") if task.format == "json" else None, arrays=summary.get("arrays"),
                       chunks=summary.get("chunks_referenced"), inline_chunks=summary.get("inline_chunks"),
-                      index_bytes=summary.get("bytes")).as_dict()
+                      index_bytes=summary.get("bytes")).as_dict(), upload
+
+
+def _uploaded(task: Task, row: dict[str, Any], upload: Future | None) -> dict[str, Any]:
+    """``row``, or the failed row of a file whose index could not be put in place."""
+    if upload is None:
+        return row
+    try:
+        upload.result()
+    except Exception as e:  # noqa: BLE001 - that file's row, never the batch
+        return failed_row(task, e, float(row.get("seconds") or 0.0))
+    return row
+
+
+UPLOADS = 8  # remote indexes of a group being put in place at once
 
 
 def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, Any]]:
@@ -94,13 +115,15 @@ def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, An
 
     drops = [scan_ahead(t.source, t.options.storage_options, t.options.fetch) for t in tasks]
     try:
-        rows = []
-        for i, t in enumerate(tasks):
-            if mark is not None:
-                with open(mark, "w") as fh:
-                    fh.write(f"{i} {time.time()}")
-            rows.append(index_one(t))
-        return rows
+        done: list[tuple[dict[str, Any], Future | None]] = []
+        # A remote index's upload (a round trip) overlaps the next files' scans instead of following each.
+        with ThreadPoolExecutor(UPLOADS, thread_name_prefix="refindex-upload") as uploads:
+            for i, t in enumerate(tasks):
+                if mark is not None:
+                    with open(mark, "w") as fh:
+                        fh.write(f"{i} {time.time()}")
+                done.append(_indexed(t, uploads, time.perf_counter()))
+        return [_uploaded(t, row, upload) for t, (row, upload) in zip(tasks, done)]
     finally:
         for drop in drops:
             if drop is not None:
@@ -148,23 +171,32 @@ def _scan_for_icechunk(task: Task, t0: float) -> dict[str, Any]:
                          arrays=len(tree.arrays), group=task.group).as_dict(), "tree": tree}
 
 
-def _write(task: Task) -> dict[str, Any]:
+def _write(task: Task, uploads: ThreadPoolExecutor | None = None) -> tuple[dict[str, Any], Future | None]:
     protocol, path = urls.split(task.index)
     if protocol == "file":
-        return dict(write_index(task.source, path, task.options, format=task.format, record_size=task.record_size))
-    return dict(written_then_put(task.index, task.options.storage_options, task.format == "parquet", lambda local:
-                                 write_index(task.source, local, task.options, format=task.format,
-                                             record_size=task.record_size)))
+        return dict(write_index(task.source, path, task.options, format=task.format,
+                                record_size=task.record_size)), None
+    done, upload = written_then_put(task.index, task.options.storage_options, task.format == "parquet",
+                                    lambda local: write_index(task.source, local, task.options, format=task.format,
+                                                              record_size=task.record_size), uploads)
+    return dict(done), upload
 
 
-def written_then_put(index: str, storage_options: dict[str, Any] | None, folder: bool, write: Any) -> Any:
+def written_then_put(index: str, storage_options: dict[str, Any] | None, folder: bool, write: Any,
+                     uploads: ThreadPoolExecutor | None = None) -> tuple[Any, Future | None]:
     """``write(local)`` of an index into a temporary place, then put at the remote ``index``: a JSON file
     in one PUT (the object appears whole or not at all), a parquet folder by :func:`put_folder`.
-    Returns what ``write`` returned; a failed upload is an error naming ``index``."""
+    Returns what ``write`` returned, and the upload's future when ``uploads`` runs it (else it is done);
+    a failed upload is an error naming ``index``."""
     tmp = tempfile.mkdtemp(prefix="refindex-batch-")
+    local = os.path.join(tmp, "index" + (".refs.parq" if folder else ".refs.json"))
     try:
-        local = os.path.join(tmp, "index" + (".refs.parq" if folder else ".refs.json"))
         done = write(local)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    def put() -> None:
         try:
             fs, remote = urls.filesystem(index, storage_options)
             if folder:
@@ -173,9 +205,13 @@ def written_then_put(index: str, storage_options: dict[str, Any] | None, folder:
                 fs.put_file(local, remote)
         except Exception as e:
             raise output_error(e, index) from e
-        return done
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    if uploads is None:
+        put()
+        return done, None
+    return done, uploads.submit(put)
 
 
 def put_folder(fs: Any, local_dir: str, base: str) -> None:
