@@ -75,6 +75,9 @@ class _Store:
         self._paths: dict[str, str | None] = {}
         self._fds: dict[str, tuple[int, tuple[int, int]]] = {}
         self._retired: list[int] = []  # descriptors of replaced files (a response may still be sending from one)
+        # files written by PUT: (inode, mtime, size) as written -> their ETag, the MD5 of their bytes (S3's);
+        # other files' ETag is made of their mtime and size
+        self.written: dict[str, tuple[tuple[int, int, int], str]] = {}
 
     def close(self) -> None:
         for fd in [fd for fd, _ in self._fds.values()] + self._retired:
@@ -125,6 +128,10 @@ class _Store:
                 headers[name.strip().lower()] = value.strip()
         conn = headers.get("connection", "").lower()
         keep = conn != "close" if version == "HTTP/1.1" else conn == "keep-alive"
+        if method == "PUT" and self.bucket is not None:
+            await self.put(target, headers, reader, writer)
+            await writer.drain()
+            return keep
         body = int(headers.get("content-length") or 0)
         if body:  # GET and HEAD carry none; read past one all the same
             await reader.readexactly(body)
@@ -174,14 +181,60 @@ class _Store:
         if found is None:
             return self.respond(writer, 404, {"Content-Length": "0"})
         self.respond(writer, 200, {"Content-Length": str(found[1].st_size), "Accept-Ranges": "bytes",
-                                   **self.validators(found[1])})
+                                   **self.validators(found[1], found[0])})
 
-    def validators(self, st: os.stat_result) -> dict[str, str]:
+    async def put(self, target: str, headers: dict[str, str], reader: asyncio.StreamReader,
+                  writer: asyncio.StreamWriter) -> None:
+        """S3's PutObject: the body (plain, or botocore's ``aws-chunked`` with a checksum trailer) becomes the
+        file at the key, replaced whole (a temporary file renamed); its ETag is the MD5 of its bytes, as S3's
+        is for an object written in one request."""
+        import hashlib
+
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+        if "aws-chunked" in headers.get("content-encoding", "") or \
+                headers.get("x-amz-content-sha256", "").startswith("STREAMING-"):
+            parts = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers (the checksum), then a blank line
+                        pass
+                    break
+                parts.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+            data = b"".join(parts)
+        else:
+            data = await reader.readexactly(int(headers.get("content-length") or 0))
+        self.count(0)
+        await self.wait(len(data) / self.bandwidth if self.bandwidth else 0.0)
+        rel = unquote(target.split("?", 1)[0]).lstrip("/")
+        if self.bucket is None or not rel.startswith(self.bucket + "/"):
+            return self.respond(writer, 404, {"Content-Length": "0"})
+        full = os.path.realpath(os.path.join(self.root, rel[len(self.bucket) + 1:]))
+        if not full.startswith(self.root + os.sep):
+            return self.respond(writer, 400, {"Content-Length": "0"})
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        part = f"{full}.{os.getpid()}.{id(data)}.part"
+        with open(part, "wb") as fh:
+            fh.write(data)
+        os.replace(part, full)
+        st = os.stat(full)
+        self.written[full] = ((st.st_ino, st.st_mtime_ns, st.st_size), f'"{hashlib.md5(data).hexdigest()}"')
+        self._paths.pop(target, None)
+        self.respond(writer, 200, {"Content-Length": "0", **self.validators(st, full)})
+
+    def validators(self, st: os.stat_result, full: str = "") -> dict[str, str]:
         """ETag on every answer, as S3 sends it; in S3 mode also Last-Modified (what s3fs's info reads)."""
-        out = {"ETag": _etag(st)}
+        out = {"ETag": self.etag(st, full)}
         if self.bucket is not None:
             out["Last-Modified"] = formatdate(int(st.st_mtime), usegmt=True)
         return out
+
+    def etag(self, st: os.stat_result, full: str) -> str:
+        ident, tag = self.written.get(full, ((-1, -1, -1), ""))
+        return tag if ident == (st.st_ino, st.st_mtime_ns, st.st_size) else _etag(st)
 
     def listing(self, query: str) -> tuple[int, bytes]:
         """A ListObjectsV2 answer: keys under ``prefix`` after the continuation token, sorted, at most
@@ -201,13 +254,13 @@ class _Store:
                 continue
             for name in filenames:
                 key = base + name
-                if key.startswith(prefix):
-                    entries.append((key, os.stat(os.path.join(dirpath, name))))
-        shown: dict[str, os.stat_result | None] = {}
-        for key, st in entries:
+                if key.startswith(prefix) and not name.endswith(".part"):
+                    entries.append((key, os.path.join(dirpath, name)))
+        shown: dict[str, str | None] = {}
+        for key, full in entries:
             if delimiter and delimiter in key[len(prefix):]:
-                key, st = key[:len(prefix) + key[len(prefix):].index(delimiter) + len(delimiter)], None
-            shown.setdefault(key, st)
+                key, full = key[:len(prefix) + key[len(prefix):].index(delimiter) + len(delimiter)], None
+            shown.setdefault(key, full)
         keys = sorted(k for k in shown if k > after)
         page, more = keys[:limit], len(keys) > limit
         enc = (lambda t: quote(t, safe="/")) if q.get("encoding-type") == "url" else escape
@@ -220,13 +273,14 @@ class _Store:
         if more:
             parts.append(f"<NextContinuationToken>{escape(page[-1])}</NextContinuationToken>")
         for key in page:
-            st = shown[key]
-            if st is None:
+            full = shown[key]
+            if full is None:
                 parts.append(f"<CommonPrefixes><Prefix>{enc(key)}</Prefix></CommonPrefixes>")
             else:
+                st = os.stat(full)
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(int(st.st_mtime)))
                 parts.append(f"<Contents><Key>{enc(key)}</Key><LastModified>{stamp}</LastModified>"
-                             f"<ETag>{escape(_etag(st))}</ETag><Size>{st.st_size}</Size>"
+                             f"<ETag>{escape(self.etag(st, full))}</ETag><Size>{st.st_size}</Size>"
                              "<StorageClass>STANDARD</StorageClass></Contents>")
         body = ('<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult '
                 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' + "".join(parts) + "</ListBucketResult>")
@@ -266,7 +320,7 @@ class _Store:
                 return self.respond(writer, 416, {"Content-Length": "0"})
             status = 206
         self.count(0)
-        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes", **self.validators(found[1])}
+        headers = {"Content-Length": str(end - start), "Accept-Ranges": "bytes", **self.validators(found[1], full)}
         if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
         fd = self.descriptor(full, found[1])
@@ -360,6 +414,23 @@ class LatencyStore:
 
     def url(self, name: str) -> str:
         return f"{self.base}/{name}"
+
+    def adopt(self, folder: str | os.PathLike) -> int:
+        """Every file below ``folder`` (inside the store's) is one a PUT wrote: its ETag is the MD5 of its bytes
+        from now on (a folder of objects restored from a copy, as S3 would have kept them); returns how many."""
+        import hashlib
+
+        n = 0
+        for dirpath, _, filenames in os.walk(os.path.realpath(folder)):
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                with open(full, "rb") as fh:
+                    tag = f'"{hashlib.md5(fh.read()).hexdigest()}"'
+                st = os.stat(full)
+                with self._store.lock:
+                    self._store.written[full] = ((st.st_ino, st.st_mtime_ns, st.st_size), tag)
+                n += 1
+        return n
 
     def s3_url(self, name: str) -> str:
         """``s3://<bucket>/<name>``: the store's file ``name`` as s3fs names it (``bucket=`` given)."""

@@ -200,6 +200,8 @@ def child_refindex(inputs: str, out: str, counts_url: str, mode: str) -> dict[st
     kw: dict[str, Any] = {"workers": 2, "progress": False, "output": out, "manifest": os.path.join(out, "m.jsonl")}
     if os.environ.get("P9_STORAGE_OPTIONS"):  # the inputs are s3:// URLs of the latency store speaking S3
         kw["storage_options"] = json.loads(os.environ["P9_STORAGE_OPTIONS"])
+    if os.environ.get("P9_OUTPUT"):  # the per-file indexes into the bucket too
+        kw["output"] = os.environ["P9_OUTPUT"]
     if mode == "one-at-a-time":
         kw["in_flight"] = 1 if "in_flight" in run_batch.__code__.co_varnames else None
         if kw["in_flight"] is None:
@@ -372,12 +374,15 @@ CHILDREN = {"refindex": child_refindex, "kerchunk": child_kerchunk, "vz": child_
 
 # ---------------------------------------------------------------- parent side
 def run_one(child: str, args: list[str], timeout: float, pythonpath: str | None = None,
-            storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+            storage_options: dict[str, Any] | None = None, output: str | None = None) -> dict[str, Any]:
     """``child`` in a fresh process (with ``pythonpath`` first on the path: another refindex tree;
-    ``storage_options``: the inputs' fsspec options, for refindex's children)."""
+    ``storage_options``: the inputs' fsspec options, ``output``: where the per-file indexes go, for
+    refindex's children)."""
     env = dict(os.environ, RUST_LOG="error")
     if storage_options is not None:
         env["P9_STORAGE_OPTIONS"] = json.dumps(storage_options)
+    if output is not None:
+        env["P9_OUTPUT"] = output
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = run_child(os.path.abspath(__file__), child, args, timeout, env=env)
@@ -515,25 +520,31 @@ def remote_section(n: int, repeat: int, slow_repeat: int, latency: float, bandwi
 APPEND_KINDS = {"JSON": "combine", "parquet": "parquet", "Icechunk": "icechunk"}
 
 
-def _first_run(kept: dict[tuple[str, str | None], str], key: tuple[str, str | None], out: str, args: list[str],
-               timeout: float, tree: str | None, so: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``out`` as the run over the first files left it (None), or the failed run.  That run is made once
-    per kind and tree and copied (``cp -a``: the files' times kept, so the manifest and the combine's
-    state find their outputs as written) to the same folder before each append."""
+def _first_run(kept: dict[tuple[str, str | None], list[str]], key: tuple[str, str | None], folders: list[str],
+               args: list[str], timeout: float, tree: str | None, so: dict[str, Any] | None,
+               output: str | None) -> dict[str, Any] | None:
+    """``folders`` (the run's own; the bucket's folder of its indexes) as the run over the first files left
+    them (None), or the failed run.  That run is made once per kind and tree and copied (``cp -a``: the
+    files' times kept, so the manifest and the combine's state find their outputs as written) to the same
+    folders before each append."""
     if key not in kept:
-        setup = run_one("refindex", args, timeout, tree, so)
+        setup = run_one("refindex", args, timeout, tree, so, output)
         if setup.get("status") != "ok":
-            shutil.rmtree(out, ignore_errors=True)
             return setup
-        kept[key] = out + "-first"
-        shutil.rmtree(kept[key], ignore_errors=True)
-        shutil.move(out, kept[key])
-    subprocess.run(["cp", "-a", kept[key], out], check=True)
+        kept[key] = []
+        for folder in folders:
+            shutil.rmtree(folder + "-first", ignore_errors=True)
+            if os.path.exists(folder):
+                shutil.move(folder, folder + "-first")
+                kept[key].append(folder)
+    for folder in kept[key]:
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(["cp", "-a", folder + "-first", folder], check=True)
     return None
 
 
 def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: float, timeout: float,
-                   baseline: str | None = None, store_kind: str = "s3") -> str:
+                   baseline: str | None = None, store_kind: str = "s3", indexes_in_bucket: bool = False) -> str:
     """Adding ``extra`` files to a combined archive of ``n`` against combining all ``n + extra`` anew.
 
     Per output kind and round, in fresh processes, interleaved: a full run over the ``n + extra`` files
@@ -542,7 +553,8 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
     kind and copied back before each round).
     ``baseline``: also the append of another refindex tree (the code before the combine's saved state).
     ``store_kind``: ``s3`` (the store speaks S3: inputs are ``s3://`` URLs read with s3fs, an unchanged
-    input's freshness comes from the bucket's listing) or ``http`` (plain URLs: one HEAD per input)."""
+    input's freshness comes from the bucket's listing) or ``http`` (plain URLs: one HEAD per input).
+    ``indexes_in_bucket``: the per-file indexes go into the bucket (``-o s3://…``; S3 only)."""
     from latency_store import LatencyStore
 
     folder, names = archive(n + extra)
@@ -552,31 +564,40 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
         so = store.s3_options() if store_kind == "s3" else None
         every = files_list([name_url(x) for x in names])
         first = files_list([name_url(x) for x in names[:n]])
-        kept: dict[tuple[str, str | None], str] = {}  # (kind, tree) -> the run over the first n, kept to copy
+        kept: dict[tuple[str, str | None], list[str]] = {}  # (kind, tree) -> folders the first run left
         try:
             for _ in range(repeat):
                 for label, mode in APPEND_KINDS.items():
                     for what in ("full", "append") + (("append, before",) if baseline else ()):
                         tree = baseline if what == "append, before" else None
-                        out = os.path.join(OUT, f"p9-append-{mode}-{'before' if tree else 'now'}")
-                        shutil.rmtree(out, ignore_errors=True)
+                        tag = f"{mode}-{'before' if tree else 'now'}"
+                        out = os.path.join(OUT, f"p9-append-{tag}")
+                        bucket_dir = os.path.join(folder, f"p9-indexes-{tag}") if indexes_in_bucket else None
+                        output = store.s3_url(os.path.basename(bucket_dir)) if bucket_dir else None
+                        folders = [out] + ([bucket_dir] if bucket_dir else [])
+                        for f in folders:
+                            shutil.rmtree(f, ignore_errors=True)
                         try:
                             if what != "full":
-                                setup = _first_run(kept, (mode, tree), out, [first, out, store.counts_url, mode],
-                                                   timeout, tree, so)
+                                setup = _first_run(kept, (mode, tree), folders, [first, out, store.counts_url, mode],
+                                                   timeout, tree, so, output)
                                 if setup is not None:
                                     runs.setdefault(f"{label} {what}", []).append(setup)
                                     continue
-                            r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree, so)
+                                if bucket_dir:
+                                    store.adopt(bucket_dir)  # the copies are the objects the first run PUT
+                            r = run_one("refindex", [every, out, store.counts_url, mode], timeout, tree, so, output)
                         finally:
-                            shutil.rmtree(out, ignore_errors=True)
+                            for f in folders:
+                                shutil.rmtree(f, ignore_errors=True)
                         runs.setdefault(f"{label} {what}", []).append(r)
                         print(f"  {label} {what}: {fmt(r.get('seconds'))} s, {r.get('requests')} requests "
                               f"{r.get('status')} {r.get('error', '')} {r.get('combine')}", file=sys.stderr,
                               flush=True)
         finally:
-            for path in kept.values():
-                shutil.rmtree(path, ignore_errors=True)
+            for folders_ in kept.values():
+                for f in folders_:
+                    shutil.rmtree(f + "-first", ignore_errors=True)
     rows, verdicts = [], []
     for label in APPEND_KINDS:
         med = {}
@@ -608,6 +629,7 @@ def append_section(n: int, extra: int, repeat: int, latency: float, bandwidth: f
     return "\n".join([
         f"### P9 append: {extra:,} new files added to a combined archive of {n:,} (latency store "
         + ("speaking S3, read with s3fs" if store_kind == "s3" else "over plain HTTP")
+        + (", the per-file indexes in the bucket too" if indexes_in_bucket else "")
         + f", {latency * 1000:.0f} ms/request, {bandwidth / 1e6:.0f} MB/s per connection)", "",
         f"{repeat} rounds, fresh processes, interleaved, median; full: all {n + extra:,} files into an empty folder; "
         f"append: the same command after a run over the first {n:,} (its manifest, per-file indexes, combined output "
@@ -670,6 +692,8 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--skip-tools", action="store_true", help="only the append and/or the curve")
     p.add_argument("--store", choices=("s3", "http"), default="s3",
                    help="the append's store: S3 (s3fs; freshness from the bucket listing) or plain HTTP (a HEAD each)")
+    p.add_argument("--indexes-in-bucket", action="store_true",
+                   help="the append's per-file indexes go into the bucket too (-o s3://...; --store s3)")
     a = p.parse_args(argv)
     os.makedirs(OUT, exist_ok=True)
     t0 = time.perf_counter()
@@ -678,7 +702,7 @@ def main(argv: list[str] | None = None) -> str:
                        a.baseline, [w for w in a.only.split(",") if w])]
     if a.append:
         parts.append(append_section(a.files, a.append, a.repeat, a.latency_ms / 1000, a.bandwidth_mbs * 1e6,
-                                    a.timeout, a.baseline, a.store))
+                                    a.timeout, a.baseline, a.store, a.indexes_in_bucket))
     if a.curve:
         parts.append(curve_section([int(x) for x in a.curve.split(",") if x], a.timeout * 4))
     text = "\n".join(parts)
