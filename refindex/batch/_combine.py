@@ -67,15 +67,15 @@ def read_digest(source: str, index: str, dim: str, storage_options: dict[str, An
     if not etag_follows_content(protocol):
         return index_identity(index, storage_options), digest(source, index, dim, storage_options)
     read: Future = Future()
+    identity = None
     try:
-        fs, path = urls.filesystem(index, storage_options)
-        data = read_whole(fs, path)
+        data = read_whole(*urls.filesystem(index, storage_options))
     except Exception as e:  # noqa: BLE001 - the index reader says what it was (missing, refused...)
         read.set_exception(e)
-        return None, digest(source, index, dim, storage_options, read)
-    read.set_result(data)
-    return {"size": len(data), "etag": content_etag(protocol, data)}, digest(source, index, dim, storage_options,
-                                                                            read)
+    else:
+        read.set_result(data)
+        identity = {"size": len(data), "etag": content_etag(protocol, data)}
+    return identity, digest(source, index, dim, storage_options, read)
 
 
 def concat_dim_of(concat_dims: Sequence[str]) -> str:
@@ -222,8 +222,9 @@ class Combiner:
 
         held = [r.index for r in rows
                 if r is not None and r.status == "up_to_date" and r.source in self.saved.by_source]
-        self.indexes_now = {i: info for i, info in current_infos(held, {}, self.storage_options).items()
-                            if isinstance(info, dict)}
+        if held:
+            self.indexes_now.update((i, info) for i, info in current_infos(held, {}, self.storage_options).items()
+                                    if isinstance(info, dict))
 
     def output_now(self) -> dict[str, Any] | None:
         """What the output is now: the branch's snapshot (Icechunk), else the JSON / .zmetadata's identity."""

@@ -158,4 +158,4 @@ def write_combined(out: OutLayout, output: str, storage_options: dict[str, Any] 
         os.makedirs(local)
         write_parquet_folder(out, local, record_size)
 
-    written_then_put(output, storage_options, True, write)  # (put before it returns: no uploads pool)
+    written_then_put(output, storage_options, True, write)  # no pool given: the upload is done when it returns

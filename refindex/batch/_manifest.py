@@ -204,7 +204,7 @@ class Plan:
     ``jobs``: inputs that no answer about their source can show up to date (no index, a manifest row
     of other options or a failure, ``force``): they can be scanned at once.  ``asking``: inputs with an
     index whose freshness their source must tell (size and ETag from a listing, or a HEAD);
-    :meth:`settle` asks, while the jobs run (an append over 10,000 unchanged objects waits ~2 s for
+    :meth:`settle` asks, while the jobs run (an append over 10,000 unchanged objects waits ~3.5 s for
     their listing's pages: the new files' scans need not)."""
 
     rows: list[FileResult | None]

@@ -330,13 +330,7 @@ class _Collector:
         self.combine = combine  # a Combiner: takes each row as it arrives
         self.storage_options, self.bar, self.failed = storage_options, bar, 0
         self.take = take  # Icechunk: writes the row's tree into the repository, completes the row
-        if combine is not None:
-            combine.see_indexes(rows)
-        for i, r in enumerate(rows):
-            if r is not None:
-                self.check(r)
-                if combine is not None:
-                    combine.add(r, i)
+        self.join([(i, r) for i, r in enumerate(rows) if r is not None])
 
     def check(self, r: FileResult) -> None:
         if self.template is None or r.status == "failed":
@@ -348,6 +342,17 @@ class _Collector:
         except RefindexError as e:
             r.check = {"ok": False, "differences": [{"path": "/", "message": " ".join(str(e).split())}]}
 
+    def join(self, rows: list[tuple[int, FileResult]]) -> None:
+        """Rows finished without a job (up to date, or failed to stat) put in place, checked, and combined
+        (the saved state told which of their indexes are still the ones it read)."""
+        if self.combine is not None:
+            self.combine.see_indexes([r for _, r in rows])
+        for i, r in rows:
+            self.rows[i] = r
+            self.check(r)
+            if self.combine is not None:
+                self.combine.add(r, i)
+
     def settle(self, rows: list[tuple[int, FileResult]], jobs: list[tuple[int, str, str]],
                progress: ProgressSetting) -> list[tuple[int, str, str]]:
         """The inputs the store was asked about: ``rows`` (up to date, or failed to stat) join the others,
@@ -355,13 +360,7 @@ class _Collector:
         with self.lock:
             if self.closed:  # the batch ended first (interrupted): nothing more is taken
                 return []
-            if self.combine is not None:
-                self.combine.see_indexes([r for _, r in rows])
-            for i, r in rows:
-                self.rows[i] = r
-                self.check(r)
-                if self.combine is not None:
-                    self.combine.add(r, i)
+            self.join(rows)
             for job in jobs:
                 self.jobs[job[1]] = job
             up_to_date = sum(r.status == "up_to_date" for _, r in rows)

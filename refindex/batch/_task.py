@@ -25,6 +25,8 @@ from ._inputs import Format
 from ._manifest import now_text
 from ._results import FileResult
 
+UPLOADS = 8  # remote indexes of a group being put in place at once (while its next files are scanned)
+
 
 @dataclass(slots=True)
 class Task:
@@ -84,9 +86,6 @@ def _uploaded(task: Task, row: dict[str, Any], upload: Future | None) -> dict[st
     except Exception as e:  # noqa: BLE001 - that file's row, never the batch
         return failed_row(task, e, float(row.get("seconds") or 0.0))
     return row
-
-
-UPLOADS = 8  # remote indexes of a group being put in place at once
 
 
 def index_group(tasks: list[Task], mark: str | None = None) -> list[dict[str, Any]]:

@@ -31,8 +31,8 @@ _WHERE = {
     "INDEX_PREFIX": "_record", "META": "_record", "LocalFile": "_record", "ReadRecorder": "_record",
     "ReadOnlyFile": "_readonly",
     "RetryPolicy": "_retry", "is_transient": "_retry", "retry_policy": "_retry", "with_retries": "_retry",
-    "content_etag": "_validators", "etag_follows_content": "_validators", "described": "_validators", "fine_grained": "_validators", "mtime_epoch": "_validators",
-    "same_mtime": "_validators",
+    "content_etag": "_validators", "described": "_validators", "etag_follows_content": "_validators",
+    "fine_grained": "_validators", "mtime_epoch": "_validators", "same_mtime": "_validators",
 }
 
 __all__ = sorted(_WHERE)
